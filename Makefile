@@ -1,0 +1,45 @@
+# Thin wrappers: every command in the README goes through here.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test check lint format pytest bench regen clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "pgflow-gen needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## demo: run a two-step flow through the SQL engine on the embedded PostgreSQL
+demo: venv
+	$(BIN)/python examples/sql_engine/demo.py
+
+## test: create the virtual environment, install everything, lint, type-check and run every test
+test: venv lint pytest
+
+## check: what CI checks (formatting, lint, types, tests)
+check: test
+
+lint: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+pytest: venv
+	$(BIN)/pytest -q
+
+## bench: engine throughput next to raw PGMQ (not part of `make test`)
+bench: venv
+	$(BIN)/python benchmarks/engine_throughput.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist build

@@ -1,0 +1,151 @@
+"""The `pgflow-gen` command line. Exit codes: 0 success, 1 failure, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgflow_gen.runtime import database, embedded, errors, migrations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        code: int = args.handler(args)
+    except errors.PgflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.OperationalError as exc:
+        print(f"error: cannot reach the database: {exc}".rstrip(), file=sys.stderr)
+        return EXIT_FAILURE
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgflow-gen", description="Typed, durable workflows on PostgreSQL + PGMQ."
+    )
+    commands = parser.add_subparsers(title="commands")
+
+    url_option = argparse.ArgumentParser(add_help=False)
+    url_option.add_argument(
+        "--database-url",
+        help="PostgreSQL URL (default: $PGFLOW_DATABASE_URL, $DATABASE_URL, else embedded)",
+    )
+
+    db = commands.add_parser("db", help="manage the database: embedded server, PGMQ, engine")
+    db_commands = db.add_subparsers(title="db commands")
+    start = db_commands.add_parser("start", help="start the project's embedded PostgreSQL")
+    start.set_defaults(handler=_db_start)
+    stop = db_commands.add_parser("stop", help="stop the project's embedded PostgreSQL")
+    stop.set_defaults(handler=_db_stop)
+    url = db_commands.add_parser("url", parents=[url_option], help="print the database URL")
+    url.set_defaults(handler=_db_url)
+    status = db_commands.add_parser(
+        "status", parents=[url_option], help="show the server, PGMQ and engine migrations"
+    )
+    status.set_defaults(handler=_db_status)
+    migrate = db_commands.add_parser(
+        "migrate", parents=[url_option], help="install PGMQ if missing and apply engine migrations"
+    )
+    migrate.add_argument("--target", metavar="NNNN", help="stop after this migration (e.g. 0001)")
+    migrate.set_defaults(handler=_db_migrate)
+    sql = db_commands.add_parser("sql", help="print the engine SQL for other migration tools")
+    sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
+    sql.set_defaults(handler=_db_sql)
+    return parser
+
+
+def _server() -> embedded.EmbeddedServer:
+    return embedded.EmbeddedServer.for_project(Path.cwd())
+
+
+def _db_start(args: argparse.Namespace) -> int:
+    server = _server()
+    was_running = server.is_running()
+    url = server.ensure_started()
+    print(f"{'already running' if was_running else 'started'}: {url}")
+    print(f"data: {server.pgdata}")
+    return EXIT_OK
+
+
+def _db_stop(args: argparse.Namespace) -> int:
+    stopped = _server().stop()
+    print("stopped" if stopped else "not running")
+    return EXIT_OK
+
+
+def _db_url(args: argparse.Namespace) -> int:
+    print(database.resolve_url(args.database_url))
+    return EXIT_OK
+
+
+def _db_status(args: argparse.Namespace) -> int:
+    configured = database.configured_url(args.database_url)
+    if configured is None:
+        server = _server()
+        print(f"server:     embedded, {'running' if server.is_running() else 'stopped'}")
+        print(f"data:       {server.pgdata}")
+        if not server.is_running():
+            return EXIT_OK
+    url = database.resolve_url(args.database_url)
+    print(f"url:        {url}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = conn.execute("show server_version").fetchone()
+        print(f"postgresql: {version[0] if version else '?'}")
+        print(f"pgmq:       {_pgmq_version(conn) or 'not installed'}")
+        done = migrations.applied(conn)
+        for migration in migrations.available():
+            state = "applied" if migration.version in done else "pending"
+            print(f"migration:  {migration.version}_{migration.name} {state}")
+    return EXIT_OK
+
+
+def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(
+        "select coalesce("
+        " (select 'extension ' || extversion from pg_extension where extname = 'pgmq'),"
+        " (select obj_description(oid, 'pg_namespace') from pg_namespace where nspname = 'pgmq'),"
+        " (select 'SQL install' from pg_namespace where nspname = 'pgmq'))"
+    ).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def _db_migrate(args: argparse.Namespace) -> int:
+    url = database.resolve_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        installed = migrations.ensure_pgmq(conn)
+        if installed:
+            print(f"installed PGMQ {installed} (SQL)")
+        done = migrations.migrate(
+            conn,
+            target=args.target,
+            on_apply=lambda m: print(f"applying {m.version}_{m.name} ...", flush=True),
+        )
+    print(f"applied {len(done)} migration(s)" if done else "engine is up to date")
+    return EXIT_OK
+
+
+def _db_sql(args: argparse.Namespace) -> int:
+    if args.with_pgmq:
+        script, version = migrations.pgmq_sql()
+        print(f"-- PGMQ {version} (from the pgmq package)\n{script}")
+    print(migrations.engine_script(), end="")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""Engine SQL: the readable source files, the append-only migrations, and applying them.
+
+`migrate()` installs PGMQ as plain SQL when the database has no `pgmq` schema, then applies every
+pending engine migration in its own transaction, recording its checksum. Concurrent callers are
+serialised by advisory locks, so two `pgflow-gen db migrate` runs at once are safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgflow_gen.runtime import errors
+
+# Advisory lock keys (two-int form; namespace 1 is used by the engine for flow definitions).
+_LOCK_NAMESPACE = 2
+_PGMQ_INSTALL_LOCK = 1
+_MIGRATE_LOCK = 2
+LOCK_TIMEOUT = "10s"
+
+_MIGRATION_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+_SQL_PACKAGE = "pgflow_gen.runtime.sql"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered engine migration file."""
+
+    version: str
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def available() -> tuple[Migration, ...]:
+    """Every engine migration shipped with this package, in version order."""
+    folder = resources.files(_SQL_PACKAGE).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(match["version"], match["name"], entry.read_text("utf-8")))
+    return tuple(sorted(found, key=lambda m: m.version))
+
+
+def source_files() -> tuple[tuple[str, str], ...]:
+    """The engine source, one object per file, as (file name, SQL) in file-name order."""
+    folder = resources.files(_SQL_PACKAGE).joinpath("source")
+    entries = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
+    return tuple((e.name, e.read_text("utf-8")) for e in entries)
+
+
+def pgmq_sql() -> tuple[str, str]:
+    """PGMQ's own install SQL and its version, from the `pgmq` package."""
+    from pgmq import install
+
+    return install.get_embedded_install_sql(), install.get_embedded_sql_version()
+
+
+def ensure_pgmq(conn: psycopg.Connection[Any]) -> str | None:
+    """Install PGMQ as SQL unless the database already has it; return the version installed now.
+
+    An existing PGMQ (an extension on managed PostgreSQL, or an earlier SQL install) is used as
+    it is. The install runs under an advisory lock, so concurrent callers install it once.
+    """
+    if _has_pgmq(conn):
+        return None
+    script, version = pgmq_sql()
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s, %s)", (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
+        if _has_pgmq(conn):
+            return None
+        conn.execute(_trusted(script))
+        comment = f"PGMQ {version}, installed as SQL by pgflow-gen"
+        conn.execute(sql.SQL("comment on schema pgmq is {}").format(sql.Literal(comment)))
+    return version
+
+
+def _has_pgmq(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "select exists (select 1 from pg_namespace where nspname = 'pgmq')"
+        " or exists (select 1 from pg_extension where extname = 'pgmq')"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def applied(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """Applied engine migrations as {version: checksum} (empty before the first migration)."""
+    exists = conn.execute("select to_regclass('pgflow.schema_migrations') is not null").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    rows = conn.execute("select version, checksum from pgflow.schema_migrations").fetchall()
+    return {str(version): str(checksum) for version, checksum in rows}
+
+
+def pending(conn: psycopg.Connection[Any], target: str | None = None) -> list[Migration]:
+    """Migrations still to apply (up to `target`), after checking applied ones are unchanged."""
+    done = applied(conn)
+    known = {m.version: m for m in available()}
+    if target is not None and target not in known:
+        raise errors.MigrationError(
+            f"Unknown migration target {target!r}.",
+            hint=f"Known migrations: {', '.join(sorted(known))}.",
+        )
+    for version, checksum in sorted(done.items()):
+        migration = known.get(version)
+        if migration is None:
+            raise errors.MigrationError(
+                f"The database has engine migration {version}, unknown to this pgflow-gen.",
+                hint="Upgrade pgflow-gen to the version that migrated this database.",
+            )
+        if migration.checksum != checksum:
+            raise errors.MigrationError(
+                f"Applied migration {version}_{migration.name} was edited after it was applied.",
+                detail=f"recorded checksum {checksum}, file checksum {migration.checksum}",
+                hint="Migrations are append-only: revert the edit and add a new migration.",
+            )
+    return [
+        m
+        for m in known.values()
+        if m.version not in done and (target is None or m.version <= target)
+    ]
+
+
+def migrate(
+    conn: psycopg.Connection[Any],
+    *,
+    target: str | None = None,
+    on_apply: Callable[[Migration], None] | None = None,
+) -> list[Migration]:
+    """Install PGMQ if missing, then apply pending engine migrations; return those applied.
+
+    `conn` must be in autocommit mode: each migration runs in its own transaction with a bounded
+    `lock_timeout`, so a busy table makes the migration fail instead of queueing every caller.
+    """
+    if not conn.autocommit:
+        raise errors.MigrationError("migrate() needs an autocommit connection.")
+    ensure_pgmq(conn)
+    conn.execute("select pg_advisory_lock(%s, %s)", (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+    try:
+        done: list[Migration] = []
+        for migration in pending(conn, target):
+            if on_apply is not None:
+                on_apply(migration)
+            _apply(conn, migration)
+            done.append(migration)
+        return done
+    finally:
+        conn.execute("select pg_advisory_unlock(%s, %s)", (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+
+
+def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("set local lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            conn.execute(_trusted(migration.sql))
+            conn.execute(
+                "insert into pgflow.schema_migrations (version, name, checksum)"
+                " values (%s, %s, %s)",
+                (migration.version, migration.name, migration.checksum),
+            )
+    except psycopg.Error as exc:
+        diag = exc.diag
+        raise errors.MigrationError(
+            f"Engine migration {migration.version}_{migration.name} failed and was rolled back.",
+            detail=diag.message_primary or str(exc),
+            hint=diag.message_hint,
+        ) from exc
+
+
+def engine_script() -> str:
+    """All engine migrations as one script that also records them, for other migration tools."""
+    parts = []
+    for m in available():
+        parts.append(f"-- pgflow-gen engine migration {m.version}_{m.name}\nbegin;\n")
+        parts.append(m.sql.rstrip() + "\n")
+        parts.append(
+            "insert into pgflow.schema_migrations (version, name, checksum) "
+            f"values ('{m.version}', '{m.name}', '{m.checksum}');\ncommit;\n\n"
+        )
+    return "".join(parts)
+
+
+def _trusted(text: str) -> sql.SQL:
+    """SQL text shipped inside this package (never user input)."""
+    return sql.SQL(text)

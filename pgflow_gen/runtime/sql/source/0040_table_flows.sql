@@ -1,0 +1,13 @@
+-- Flow definitions: one row per concrete flow slug, with the flow-wide option defaults.
+-- Written by create_flow and ensure_flow_compiled under the flow's advisory lock.
+create table pgflow.flows (
+  flow_slug text primary key,
+  opt_max_attempts int not null default 3,
+  opt_base_delay int not null default 5,
+  opt_timeout int not null default 60,
+  created_at timestamptz not null default now(),
+  constraint flow_slug_is_valid check (pgflow.is_valid_slug(flow_slug)),
+  constraint opt_max_attempts_is_positive check (opt_max_attempts >= 1),
+  constraint opt_base_delay_is_nonnegative check (opt_base_delay >= 0),
+  constraint opt_timeout_is_positive check (opt_timeout >= 1)
+);

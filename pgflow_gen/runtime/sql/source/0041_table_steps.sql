@@ -1,0 +1,41 @@
+-- Step definitions in step_index order (the topological order); queue_name is the step's route.
+-- Written by add_step and ensure_flow_compiled under the flow's advisory lock; never updated.
+create table pgflow.steps (
+  flow_slug text not null references pgflow.flows (flow_slug),
+  step_slug text not null,
+  step_index int not null,
+  step_type text not null default 'single',
+  deps_count int not null default 0,
+  queue_name text not null,
+  opt_max_attempts int,
+  opt_base_delay int,
+  opt_timeout int,
+  opt_start_delay int,
+  required_input_pattern jsonb,
+  forbidden_input_pattern jsonb,
+  when_unmet text not null default 'skip',
+  when_exhausted text not null default 'fail',
+  created_at timestamptz not null default now(),
+  primary key (flow_slug, step_slug),
+  constraint steps_step_index_is_unique unique (flow_slug, step_index),
+  constraint step_slug_is_valid check (pgflow.is_valid_slug(step_slug)),
+  constraint step_index_is_nonnegative check (step_index >= 0),
+  constraint step_type_is_known check (step_type in ('single', 'map')),
+  constraint deps_count_is_nonnegative check (deps_count >= 0),
+  constraint map_step_has_at_most_one_dependency check (step_type <> 'map' or deps_count <= 1),
+  constraint queue_name_is_canonical check (
+    length(queue_name) between 1 and 47 and queue_name = lower(queue_name)
+  ),
+  constraint opt_max_attempts_is_positive check (opt_max_attempts is null or opt_max_attempts >= 1),
+  constraint opt_base_delay_is_nonnegative check (opt_base_delay is null or opt_base_delay >= 0),
+  constraint opt_timeout_is_positive check (opt_timeout is null or opt_timeout >= 1),
+  constraint opt_start_delay_is_nonnegative check (opt_start_delay is null or opt_start_delay >= 0),
+  constraint required_input_pattern_is_object check (
+    required_input_pattern is null or jsonb_typeof(required_input_pattern) = 'object'
+  ),
+  constraint forbidden_input_pattern_is_object check (
+    forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'
+  ),
+  constraint when_unmet_is_known check (when_unmet in ('fail', 'skip', 'skip-cascade')),
+  constraint when_exhausted_is_known check (when_exhausted in ('fail', 'skip', 'skip-cascade'))
+);

@@ -1,0 +1,16 @@
+-- Worker processes: each polls exactly one queue. Heartbeats keep last_heartbeat_at fresh;
+-- an operator sets deprecated_at to make a worker drain and stop.
+create table pgflow.workers (
+  worker_id uuid primary key,
+  queue_name text not null,
+  flow_slug text,
+  step_slug text,
+  function_name text not null,
+  started_at timestamptz not null default now(),
+  last_heartbeat_at timestamptz not null default now(),
+  stopped_at timestamptz,
+  deprecated_at timestamptz
+);
+
+create index workers_queue_name_idx on pgflow.workers (queue_name);
+create index workers_last_heartbeat_at_idx on pgflow.workers (last_heartbeat_at);

@@ -1,0 +1,21 @@
+-- One row per run of a flow. remaining_steps counts down as steps complete or are skipped.
+-- Locked (for update) by every transition of the run, which serialises them per run.
+create table pgflow.runs (
+  run_id uuid primary key default gen_random_uuid(),
+  flow_slug text not null references pgflow.flows (flow_slug),
+  status text not null default 'started',
+  input jsonb not null,
+  output jsonb,
+  remaining_steps int not null default 0,
+  started_at timestamptz not null default now(),
+  completed_at timestamptz,
+  failed_at timestamptz,
+  constraint status_is_known check (status in ('started', 'completed', 'failed')),
+  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
+  constraint completed_at_is_after_started_at check (completed_at is null or completed_at >= started_at),
+  constraint failed_at_is_after_started_at check (failed_at is null or failed_at >= started_at),
+  constraint completed_and_failed_are_exclusive check (completed_at is null or failed_at is null)
+);
+
+create index runs_flow_slug_idx on pgflow.runs (flow_slug);
+create index runs_status_idx on pgflow.runs (status);

@@ -1,0 +1,39 @@
+-- One row per (run, step). remaining_deps counts unfinished dependencies; remaining_tasks counts
+-- unfinished tasks once the step started; initial_tasks is null until a dependent map knows its size.
+create table pgflow.step_states (
+  run_id uuid not null references pgflow.runs (run_id),
+  flow_slug text not null,
+  step_slug text not null,
+  status text not null default 'created',
+  output jsonb,
+  skip_reason text,
+  error_message text,
+  remaining_tasks int,
+  remaining_deps int not null default 0,
+  initial_tasks int,
+  created_at timestamptz not null default now(),
+  started_at timestamptz,
+  completed_at timestamptz,
+  failed_at timestamptz,
+  skipped_at timestamptz,
+  primary key (run_id, step_slug),
+  foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
+  constraint status_is_known check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
+  constraint remaining_deps_is_nonnegative check (remaining_deps >= 0),
+  constraint remaining_tasks_is_nonnegative check (remaining_tasks is null or remaining_tasks >= 0),
+  constraint initial_tasks_is_nonnegative check (initial_tasks is null or initial_tasks >= 0),
+  constraint completed_has_no_remaining_tasks check (status <> 'completed' or remaining_tasks = 0),
+  constraint started_knows_its_tasks check (status <> 'started' or initial_tasks is not null),
+  constraint output_is_only_on_completed check (output is null or status = 'completed'),
+  constraint skip_reason_is_only_on_skipped check ((skip_reason is not null) = (status = 'skipped')),
+  constraint skip_reason_is_known check (
+    skip_reason is null or skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped')
+  ),
+  constraint terminal_timestamps_are_exclusive check (
+    num_nonnulls(completed_at, failed_at, skipped_at) <= 1
+  )
+);
+
+create index step_states_ready_idx on pgflow.step_states (run_id)
+  where status = 'created' and remaining_deps = 0;
+create index step_states_flow_slug_idx on pgflow.step_states (flow_slug, step_slug);

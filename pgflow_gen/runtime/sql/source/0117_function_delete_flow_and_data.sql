@@ -1,0 +1,38 @@
+-- Deletes a flow's definition and all its runtime data, and drops its queues unless another flow
+-- still routes to them (version 1 lets "Foo" and "foo" share the queue "foo").
+-- Takes the flow's definition lock; does nothing when the flow does not exist.
+create function pgflow.delete_flow_and_data(flow_slug text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+  v_queue text;
+begin
+  perform pgflow._lock_flow_definition(flow_slug);
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
+    return;
+  end if;
+
+  select array_agg(distinct s.queue_name) into v_queues
+  from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  v_queues := array(select distinct q from unnest(coalesce(v_queues, '{}') || lower(flow_slug)) as q);
+
+  delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.step_states as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+
+  foreach v_queue in array v_queues loop
+    continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
+      or exists (select 1 from pgflow.flows as f where lower(f.flow_slug) = v_queue);
+    if exists (select 1 from pgmq.meta as m where m.queue_name = v_queue) then
+      perform pgmq.drop_queue(v_queue);
+    end if;
+  end loop;
+end;
+$$;

@@ -1,0 +1,29 @@
+-- Fails a started run: every queued or started task becomes cancelled and its message is archived,
+-- so late callbacks and stale messages change nothing. The caller holds the run row lock.
+create function pgflow._fail_run(run_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+  v_messages bigint[];
+begin
+  update pgflow.runs as r set status = 'failed', failed_at = clock_timestamp()
+  where r.run_id = _fail_run.run_id and r.status = 'started';
+  if not found then
+    return;
+  end if;
+
+  with cancelled as (
+    update pgflow.step_tasks as t set status = 'cancelled'
+    where t.run_id = _fail_run.run_id and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_messages from cancelled as c;
+  perform pgflow._archive_task_messages(v_queues, v_messages);
+
+  perform pgflow._emit_event(run_id, 'run:failed', null, 'failed');
+end;
+$$;

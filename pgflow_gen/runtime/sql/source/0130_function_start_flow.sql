@@ -1,0 +1,55 @@
+-- Starts a run: one step state per step, then every ready step moves forward at once (conditions,
+-- empty maps, first messages). A flow with a root map needs an array input. Returns the run.
+-- Locks the new run row; callers may pass their own run_id for idempotent starts.
+create function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run_id uuid := coalesce(run_id, gen_random_uuid());
+  v_root_map text;
+  v_input_length int;
+begin
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
+    raise exception 'Flow "%" does not exist.', flow_slug
+      using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
+  end if;
+  if input is null then
+    raise exception 'The input of a run of flow "%" must not be SQL NULL.', flow_slug
+      using errcode = '22004', hint = 'Pass a JSON value; ''null''::jsonb is a valid JSON input.';
+  end if;
+  select s.step_slug into v_root_map from pgflow.steps as s
+  where s.flow_slug = start_flow.flow_slug and s.step_type = 'map' and s.deps_count = 0
+  order by s.step_index limit 1;
+  if v_root_map is not null and jsonb_typeof(input) <> 'array' then
+    raise exception 'Flow "%" maps its input in step "%", so the input must be a JSON array, got %.',
+      flow_slug, v_root_map, jsonb_typeof(input)
+      using errcode = '22023';
+  end if;
+  if jsonb_typeof(input) = 'array' then
+    v_input_length := jsonb_array_length(input);
+  end if;
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  values (v_run_id, flow_slug, input,
+    (select count(*) from pgflow.steps as s where s.flow_slug = start_flow.flow_slug));
+
+  insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks)
+  select v_run_id, s.flow_slug, s.step_slug, s.deps_count,
+    case
+      when s.step_type = 'single' then 1
+      when s.deps_count = 0 then v_input_length
+    end
+  from pgflow.steps as s
+  where s.flow_slug = start_flow.flow_slug;
+
+  perform pgflow._emit_event(v_run_id, 'run:started', null, 'started');
+  if pgflow._advance_run(v_run_id) then
+    perform pgflow._maybe_complete_run(v_run_id);
+  end if;
+
+  return query select * from pgflow.runs as r where r.run_id = v_run_id;
+end;
+$$;

@@ -1,0 +1,81 @@
+-- Phase two of a claim: of the messages a worker read from queue_name, claims the queued tasks of
+-- this flow whose run and step are started, extends each message's visibility to the step's
+-- timeout + 2 s, and returns the tasks with their inputs. Locks task rows, then PGMQ rows.
+create function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text)
+returns setof pgflow.step_task_record
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run_ids uuid[];
+  v_step_slugs text[];
+  v_task_indexes int[];
+  v_message_ids bigint[];
+  v_offsets int[];
+  v_visible_set int;
+begin
+  if queue_name is null then
+    raise exception 'start_tasks needs the queue the messages were read from.' using errcode = '22004';
+  end if;
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+
+  -- GUARD: only queued tasks of started runs and steps; the task row lock decides races.
+  with claimed as (
+    update pgflow.step_tasks as t
+    set status = 'started', attempts_count = t.attempts_count + 1,
+      started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
+    from pgflow.runs as r, pgflow.step_states as ss, pgflow.steps as s, pgflow.flows as f
+    where t.queue_name = start_tasks.queue_name and t.message_id = any (start_tasks.msg_ids)
+      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
+      and r.run_id = t.run_id and r.status = 'started'
+      and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
+      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      and f.flow_slug = t.flow_slug
+    returning t.run_id, t.step_slug, t.task_index, t.message_id,
+      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+  )
+  select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
+    array_agg(c.message_id), array_agg(c.vt_offset)
+  into v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_offsets
+  from claimed as c;
+  if v_message_ids is null then
+    return;
+  end if;
+
+  -- GUARD: the lease must be in place before any task is returned, or the claim is undone.
+  select count(*) into v_visible_set from pgflow.set_vt_batch(queue_name, v_message_ids, v_offsets);
+  if v_visible_set <> cardinality(v_message_ids) then
+    raise exception 'start_tasks: % of % claimed messages are missing from queue "%".',
+      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), queue_name
+      using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
+  end if;
+
+  return query
+  select start_tasks.flow_slug, c.run_id, c.step_slug,
+    case
+      when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
+      when s.step_type = 'map' then (
+        select dep.output -> c.task_index
+        from pgflow.deps as d
+        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
+        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
+      )
+      else coalesce((
+        select jsonb_object_agg(d.dep_slug, dep.output)
+        from pgflow.deps as d
+        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
+        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug and dep.status = 'completed'
+      ), '{}'::jsonb)
+    end,
+    c.message_id, c.task_index,
+    case when s.step_type = 'single' and s.deps_count = 0 then r.input end
+  from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_message_ids)
+    as c (run_id, step_slug, task_index, message_id)
+  join pgflow.runs as r on r.run_id = c.run_id
+  join pgflow.steps as s on s.flow_slug = start_tasks.flow_slug and s.step_slug = c.step_slug
+  order by c.message_id;
+end;
+$$;

@@ -1,0 +1,94 @@
+-- A worker reports a task's output. The last task of a step completes the step (a map's output
+-- is its task outputs in task order), which readies children and may complete the run.
+-- Late callbacks (run finished, task not started) change nothing. Locks run, step state, task, PGMQ.
+create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run_status text;
+  v_task pgflow.step_tasks;
+  v_step record;
+  v_child text;
+  v_remaining int;
+begin
+  select r.status into v_run_status from pgflow.runs as r where r.run_id = complete_task.run_id for update;
+  if not found then
+    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+  end if;
+  select ss.status, s.step_type into v_step
+  from pgflow.step_states as ss
+  join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+  for update of ss;
+  select * into v_task from pgflow.step_tasks as t
+  where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+    and t.task_index = complete_task.task_index
+  for update;
+  if not found then
+    raise exception 'Task % of step "%" in run % does not exist.', task_index, step_slug, run_id
+      using errcode = 'P0002';
+  end if;
+
+  -- GUARD: late callbacks are no-ops.
+  if v_run_status <> 'started' or v_task.status <> 'started' or v_step.status <> 'started' then
+    return next v_task;
+    return;
+  end if;
+
+  -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
+  if v_step.step_type = 'single' and jsonb_typeof(output) is distinct from 'array' then
+    select d.step_slug into v_child
+    from pgflow.deps as d
+    join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
+    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug and child.step_type = 'map'
+    order by child.step_index
+    limit 1;
+    if v_child is not null then
+      update pgflow.step_tasks as t
+      set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
+        error_message = format('[TYPE_VIOLATION] Produced %s instead of array', coalesce(jsonb_typeof(output), 'SQL NULL'))
+      where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+        and t.task_index = complete_task.task_index
+      returning * into v_task;
+      update pgflow.step_states as ss
+      set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
+        error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+          v_child, step_slug, coalesce(jsonb_typeof(output), 'SQL NULL'))
+      where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
+      perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
+      perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
+      perform pgflow._fail_run(run_id);
+      return next v_task;
+      return;
+    end if;
+  end if;
+
+  update pgflow.step_tasks as t
+  set status = 'completed', output = complete_task.output, completed_at = clock_timestamp()
+  where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+    and t.task_index = complete_task.task_index
+  returning * into v_task;
+  perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
+
+  update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
+  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+  returning ss.remaining_tasks into v_remaining;
+
+  if v_remaining = 0 then
+    perform pgflow._complete_step(run_id, step_slug,
+      case when v_step.step_type = 'map' then (
+        select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+        from pgflow.step_tasks as t
+        where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+      ) else output end);
+    if pgflow._advance_run(run_id) then
+      perform pgflow._maybe_complete_run(run_id);
+    end if;
+  end if;
+
+  return next v_task;
+end;
+$$;

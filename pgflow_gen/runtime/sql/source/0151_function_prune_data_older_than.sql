@@ -1,0 +1,51 @@
+-- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
+-- states and tasks, workers silent for longer than retention, and archived messages older than
+-- retention in every queue a flow routes to. Running runs are never touched, whatever their age.
+create function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_queue text;
+  v_workers int;
+  v_archived int := 0;
+  v_count int;
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
+  end if;
+
+  select array_agg(r.run_id) into v_runs
+  from pgflow.runs as r
+  where (r.status = 'completed' and r.completed_at < v_cutoff)
+     or (r.status = 'failed' and r.failed_at < v_cutoff);
+
+  if v_runs is not null then
+    delete from pgflow.step_tasks as t where t.run_id = any (v_runs);
+    delete from pgflow.step_states as ss where ss.run_id = any (v_runs);
+    delete from pgflow.runs as r where r.run_id = any (v_runs);
+  end if;
+
+  delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select distinct s.queue_name from pgflow.steps as s
+    union
+    select lower(f.flow_slug) from pgflow.flows as f
+  loop
+    continue when not exists (select 1 from pgmq.meta as m where m.queue_name = v_queue);
+    execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
+    get diagnostics v_count = row_count;
+    v_archived := v_archived + v_count;
+  end loop;
+
+  return jsonb_build_object(
+    'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived
+  );
+end;
+$$;

@@ -1,0 +1,181 @@
+"""A thin test driver for the SQL engine: it plays the worker's part with plain SQL calls, so
+tests read as the behaviour they pin (start a run, poll, complete, fail) and stay short."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+WORKER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
+
+
+@dataclass(frozen=True)
+class Task:
+    flow_slug: str
+    run_id: uuid.UUID
+    step_slug: str
+    input: Any
+    msg_id: int
+    task_index: int
+    flow_input: Any
+
+
+class Engine:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._registered: set[str] = set()
+
+    # -- definitions -----------------------------------------------------------------------
+    def flow(self, slug: str, *steps: dict[str, Any], **options: Any) -> str:
+        """create_flow + add_step for each step dict (keys as add_step's parameters)."""
+        self.call("create_flow", slug, **options)
+        for step in steps:
+            step = dict(step)
+            self.call("add_step", slug, step.pop("slug"), **step)
+        return slug
+
+    def call(self, function: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """select * from pgflow.<function>(args..., name => value...)."""
+        params: list[Any] = [self._adapt(a) for a in args]
+        named = []
+        for key, value in kwargs.items():
+            named.append(f"{key} => %s")
+            params.append(self._adapt(value))
+        placeholders = ", ".join(["%s"] * len(args) + named)
+        query = f"select * from pgflow.{function}({placeholders})"
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    @staticmethod
+    def _adapt(value: Any) -> Any:
+        return Jsonb(value) if isinstance(value, dict) else value
+
+    # -- runs ------------------------------------------------------------------------------
+    def start(self, flow_slug: str, input: Any = None) -> uuid.UUID:
+        input = {} if input is None else input
+        rows = self.call("start_flow", flow_slug, Jsonb(input))
+        return rows[0]["run_id"]  # type: ignore[no-any-return]
+
+    def poll(
+        self, flow_slug: str, queue: str | None = None, qty: int = 50, vt: int = 30
+    ) -> list[Task]:
+        """Read visible messages and claim them (the worker's two-phase claim)."""
+        queue = queue or flow_slug.lower()
+        self.register(queue)
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                "select msg_id from pgmq.read(%s, %s, %s)", (queue, vt, qty)
+            ).fetchall()
+        ]
+        return self.claim(flow_slug, ids, queue)
+
+    def claim(self, flow_slug: str, msg_ids: list[int], queue: str | None = None) -> list[Task]:
+        queue = queue or flow_slug.lower()
+        self.register(queue)
+        rows = self.conn.execute(
+            "select * from pgflow.start_tasks(%s, %s, %s, %s)",
+            (flow_slug, msg_ids, WORKER_ID, queue),
+        ).fetchall()
+        return [Task(*row) for row in rows]
+
+    def register(self, queue: str) -> None:
+        if queue not in self._registered:
+            self.conn.execute("select pgflow.register_worker(%s, %s, 'tests')", (WORKER_ID, queue))
+            self._registered.add(queue)
+
+    def complete(self, task: Task, output: Any = None) -> dict[str, Any]:
+        return self.call(
+            "complete_task",
+            task.run_id,
+            task.step_slug,
+            task.task_index,
+            None if output is None else Jsonb(output),
+        )[0]
+
+    def fail(self, task: Task, message: str = "boom") -> dict[str, Any]:
+        return self.call("fail_task", task.run_id, task.step_slug, task.task_index, message)[0]
+
+    def run_to_end(
+        self, flow_slug: str, outputs: dict[str, Any], limit: int = 100
+    ) -> dict[str, Any]:
+        """Poll and complete until nothing is visible; outputs maps step slug -> output."""
+        for _ in range(limit):
+            tasks = self.poll(flow_slug)
+            if not tasks:
+                break
+            for task in tasks:
+                value = outputs.get(task.step_slug)
+                self.complete(task, value(task) if callable(value) else value)
+        return self.only_run()
+
+    # -- inspection ------------------------------------------------------------------------
+    def one(self, query: str, *params: Any) -> dict[str, Any]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(query, params).fetchone()
+            assert row is not None, query
+            return row
+
+    def all(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query, params).fetchall()
+
+    def value(self, query: str, *params: Any) -> Any:
+        row = self.conn.execute(query, params).fetchone()
+        assert row is not None, query
+        return row[0]
+
+    def run(self, run_id: uuid.UUID) -> dict[str, Any]:
+        return self.one("select * from pgflow.runs where run_id = %s", run_id)
+
+    def only_run(self) -> dict[str, Any]:
+        return self.one("select * from pgflow.runs")
+
+    def state(self, run_id: uuid.UUID, step_slug: str) -> dict[str, Any]:
+        return self.one(
+            "select * from pgflow.step_states where run_id = %s and step_slug = %s",
+            run_id,
+            step_slug,
+        )
+
+    def tasks(self, run_id: uuid.UUID, step_slug: str) -> list[dict[str, Any]]:
+        return self.all(
+            "select * from pgflow.step_tasks where run_id = %s and step_slug = %s"
+            " order by task_index",
+            run_id,
+            step_slug,
+        )
+
+    def task(self, run_id: uuid.UUID, step_slug: str, task_index: int = 0) -> dict[str, Any]:
+        return self.one(
+            "select * from pgflow.step_tasks"
+            " where run_id = %s and step_slug = %s and task_index = %s",
+            run_id,
+            step_slug,
+            task_index,
+        )
+
+    def queued_messages(self, queue: str) -> list[dict[str, Any]]:
+        return self.all(f"select * from pgmq.q_{queue} order by msg_id")
+
+    def archived_ids(self, queue: str) -> set[int]:
+        return {r["msg_id"] for r in self.all(f"select msg_id from pgmq.a_{queue}")}
+
+    def backdate_started(self, run_id: uuid.UUID, step_slug: str, seconds: int) -> None:
+        """Pretend the step's started tasks were claimed `seconds` ago (stall tests)."""
+        self.conn.execute(
+            "update pgflow.step_tasks set started_at = now() - make_interval(secs => %s),"
+            " queued_at = now() - make_interval(secs => %s + 1)"
+            " where run_id = %s and step_slug = %s and status = 'started'",
+            (seconds, seconds, run_id, step_slug),
+        )
+
+    def make_visible(self, queue: str) -> None:
+        """Expire every message's visibility timeout (as if the lease ran out)."""
+        self.conn.execute(f"update pgmq.q_{queue} set vt = now() - interval '1 second'")
