@@ -103,9 +103,12 @@ class Engine:
         return self.call("fail_task", task.run_id, task.step_slug, task.task_index, message)[0]
 
     def run_to_end(
-        self, flow_slug: str, outputs: dict[str, Any], limit: int = 100
+        self, flow_slug: str, outputs: dict[str, Any], input: Any = None, limit: int = 100
     ) -> dict[str, Any]:
-        """Poll and complete until nothing is visible; outputs maps step slug -> output."""
+        """Start a run, then poll and complete until nothing is visible; return the run.
+
+        `outputs` maps a step slug to its output, or to a function of the task."""
+        run_id = self.start(flow_slug, input)
         for _ in range(limit):
             tasks = self.poll(flow_slug)
             if not tasks:
@@ -113,7 +116,7 @@ class Engine:
             for task in tasks:
                 value = outputs.get(task.step_slug)
                 self.complete(task, value(task) if callable(value) else value)
-        return self.only_run()
+        return self.run(run_id)
 
     # -- inspection ------------------------------------------------------------------------
     def one(self, query: str, *params: Any) -> dict[str, Any]:
@@ -133,9 +136,6 @@ class Engine:
 
     def run(self, run_id: uuid.UUID) -> dict[str, Any]:
         return self.one("select * from pgflow.runs where run_id = %s", run_id)
-
-    def only_run(self) -> dict[str, Any]:
-        return self.one("select * from pgflow.runs")
 
     def state(self, run_id: uuid.UUID, step_slug: str) -> dict[str, Any]:
         return self.one(

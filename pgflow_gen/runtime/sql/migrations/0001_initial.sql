@@ -1257,6 +1257,7 @@ declare
   v_step record;
   v_child text;
   v_remaining int;
+  v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
   select r.status into v_run_status from pgflow.runs as r where r.run_id = complete_task.run_id for update;
   if not found then
@@ -1283,7 +1284,7 @@ begin
   end if;
 
   -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
-  if v_step.step_type = 'single' and jsonb_typeof(output) is distinct from 'array' then
+  if v_step.step_type = 'single' and v_output_type <> 'array' then
     select d.step_slug into v_child
     from pgflow.deps as d
     join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
@@ -1293,14 +1294,14 @@ begin
     if v_child is not null then
       update pgflow.step_tasks as t
       set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
-        error_message = format('[TYPE_VIOLATION] Produced %s instead of array', coalesce(jsonb_typeof(output), 'SQL NULL'))
+        error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_output_type)
       where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
         and t.task_index = complete_task.task_index
       returning * into v_task;
       update pgflow.step_states as ss
       set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
         error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
-          v_child, step_slug, coalesce(jsonb_typeof(output), 'SQL NULL'))
+          v_child, complete_task.step_slug, v_output_type)
       where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
       perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
       perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
