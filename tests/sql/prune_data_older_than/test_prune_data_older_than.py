@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from tests.engine import Engine
+
+
+def age_run(engine: Engine, run_id: uuid.UUID, days: int) -> None:
+    engine.conn.execute(
+        "update pgflow.runs set started_at = started_at - make_interval(days => %s),"
+        " completed_at = completed_at - make_interval(days => %s),"
+        " failed_at = failed_at - make_interval(days => %s) where run_id = %s",
+        (days, days, days, run_id),
+    )
+
+
+def test_deletes_finished_runs_older_than_the_retention(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
+    done = engine.run_to_end("old", {"a": 1})["run_id"]
+    age_run(engine, done, 10)
+    result = engine.value("select pgflow.prune_data_older_than(interval '7 days')")
+    assert result["runs"] == 1
+    for table in ("runs", "step_states", "step_tasks"):
+        assert engine.value(f"select count(*) from pgflow.{table}") == 0
+
+
+def test_keeps_recent_runs(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
+    engine.run_to_end("old", {"a": 1})
+    assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 0
+    assert engine.value("select count(*) from pgflow.runs") == 1
+
+
+def test_never_deletes_a_running_run_however_old(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
+    run_id = engine.start("old")
+    age_run(engine, run_id, 100)
+    engine.value("select pgflow.prune_data_older_than(interval '1 day')")
+    assert engine.run(run_id)["status"] == "started"
+    assert len(engine.queued_messages("old")) == 1
+
+
+def test_deletes_old_failed_runs(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a", "max_attempts": 1})
+    run_id = engine.start("old")
+    [task] = engine.poll("old")
+    engine.fail(task)
+    age_run(engine, run_id, 10)
+    assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1
+
+
+def test_deletes_only_old_archived_messages(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
+    engine.run_to_end("old", {"a": 1})
+    engine.run_to_end("old", {"a": 2})
+    engine.conn.execute(
+        "update pgmq.a_old set archived_at = now() - interval '10 days'"
+        " where msg_id = (select min(msg_id) from pgmq.a_old)"
+    )
+    result = engine.value("select pgflow.prune_data_older_than(interval '7 days')")
+    assert result["archived_messages"] == 1
+    assert engine.value("select count(*) from pgmq.a_old") == 1
+
+
+def test_deletes_workers_silent_for_longer_than_the_retention(engine: Engine) -> None:
+    engine.register("old")
+    engine.conn.execute("update pgflow.workers set last_heartbeat_at = now() - interval '9 days'")
+    assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["workers"] == 1
+
+
+def test_rejects_a_negative_retention(engine: Engine) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="non-negative"):
+        engine.value("select pgflow.prune_data_older_than(interval '-1 day')")

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from tests.engine import Engine
+
+
+def stalled_flow(engine: Engine) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10}, {"slug": "fast"}, timeout=60)
+
+
+def test_requeues_a_task_started_longer_than_its_timeout_plus_30_seconds(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")
+    engine.backdate_started(run_id, "slow", 41)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
+    task = engine.task(run_id, "slow")
+    assert (task["status"], task["requeued_count"], task["attempts_count"]) == ("queued", 1, 1)
+    assert (task["started_at"], task["last_worker_id"]) == (None, None)
+    assert task["last_requeued_at"] is not None
+
+
+def test_makes_the_requeued_message_visible_at_once(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")
+    engine.backdate_started(run_id, "slow", 41)
+    engine.value("select pgflow.requeue_stalled_tasks()")
+    [again] = engine.poll("stall")
+    assert again.step_slug == "slow"
+    assert engine.task(run_id, "slow")["attempts_count"] == 2
+
+
+def test_uses_the_effective_step_timeout(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")
+    engine.backdate_started(run_id, "slow", 41)
+    engine.backdate_started(run_id, "fast", 80)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
+    assert engine.task(run_id, "slow")["status"] == "queued"
+    assert engine.task(run_id, "fast")["status"] == "started"
+    engine.backdate_started(run_id, "fast", 95)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
+
+
+def test_parks_a_task_after_three_requeues(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    for _ in range(3):
+        engine.poll("stall")
+        engine.backdate_started(run_id, "slow", 41)
+        assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
+    engine.poll("stall")
+    engine.backdate_started(run_id, "slow", 41)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+    task = engine.task(run_id, "slow")
+    assert (task["status"], task["requeued_count"]) == ("started", 3)
+    assert task["permanently_stalled_at"] is not None
+    assert task["message_id"] in engine.archived_ids("stall")
+    engine.backdate_started(run_id, "slow", 41)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+
+
+def test_leaves_tasks_of_failed_runs_alone(engine: Engine) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10}, {"slug": "bad", "max_attempts": 1})
+    run_id = engine.start("stall")
+    tasks = {t.step_slug: t for t in engine.poll("stall")}
+    engine.fail(tasks["bad"])
+    engine.backdate_started(run_id, "slow", 100)
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+
+
+def test_returns_zero_when_nothing_is_stalled(engine: Engine) -> None:
+    stalled_flow(engine)
+    engine.start("stall")
+    engine.poll("stall")
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+
+
+def test_a_late_completion_of_a_requeued_task_changes_nothing(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    tasks = {t.step_slug: t for t in engine.poll("stall")}
+    engine.backdate_started(run_id, "slow", 41)
+    engine.value("select pgflow.requeue_stalled_tasks()")
+    assert engine.complete(tasks["slow"], "late")["status"] == "queued"
