@@ -1,0 +1,36 @@
+"""A comparable snapshot of everything the engine defines in schema `pgflow`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+QUERIES = {
+    "columns": """
+        select table_name, column_name, data_type, is_nullable, column_default, ordinal_position
+        from information_schema.columns where table_schema = 'pgflow'
+        order by table_name, ordinal_position""",
+    "constraints": """
+        select conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+        from pg_constraint where connamespace = 'pgflow'::regnamespace
+        order by 1, 2""",
+    "indexes": """
+        select tablename, indexname, indexdef from pg_indexes
+        where schemaname = 'pgflow' order by 1, 2""",
+    "functions": """
+        select p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+        from pg_proc p where p.pronamespace = 'pgflow'::regnamespace
+        order by 1""",
+    "types": """
+        select t.typname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnum
+        from pg_type t join pg_attribute a on a.attrelid = t.typrelid
+        where t.typnamespace = 'pgflow'::regnamespace and t.typtype = 'c'
+          and not exists (select 1 from pg_class c where c.oid = t.typrelid and c.relkind <> 'c')
+        order by 1, 4""",
+}
+
+
+def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(url) as conn:
+        return {name: conn.execute(query).fetchall() for name, query in QUERIES.items()}

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from pgflow_gen import cli
+from pgflow_gen.runtime import migrations
+
+
+def test_db_migrate_installs_pgmq_and_the_engine(
+    empty_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["db", "migrate", "--database-url", empty_db_url]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "installed PGMQ" in out
+    assert "applying 0001_initial" in out
+    assert cli.main(["db", "migrate", "--database-url", empty_db_url]) == cli.EXIT_OK
+    assert "engine is up to date" in capsys.readouterr().out
+
+
+def test_db_migrate_honours_pgflow_database_url(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PGFLOW_DATABASE_URL", empty_db_url)
+    assert cli.main(["db", "migrate", "--target", "0001"]) == cli.EXIT_OK
+    assert "applied 1 migration(s)" in capsys.readouterr().out
+
+
+def test_db_status_lists_versions_and_migrations(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["db", "status", "--database-url", db_url]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"PGMQ {migrations.pgmq_sql()[1]}" in out
+    assert "0001_initial applied" in out
+
+
+def test_an_unknown_target_exits_1_with_a_hint(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["db", "migrate", "--database-url", db_url, "--target", "0999"]) == 1
+    err = capsys.readouterr().err
+    assert "Unknown migration target '0999'" in err
+    assert "HINT: Known migrations: 0001" in err
+
+
+def test_an_unreachable_database_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql://nobody@/nodb?host=/nonexistent-socket-dir&connect_timeout=2"
+    assert cli.main(["db", "migrate", "--database-url", url]) == 1
+    assert "cannot reach the database" in capsys.readouterr().err

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgflow_gen.runtime import errors, migrations
+from tests.conftest import create_database, drop_database
+from tests.migrations import catalog
+
+RELEASED = json.loads((Path(__file__).parent / "released.json").read_text())
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def test_source_files_and_migrations_build_identical_catalogs(
+    empty_db_url: str, db_url: str
+) -> None:
+    with connect(empty_db_url) as conn:
+        migrations.ensure_pgmq(conn)
+        for _name, text in migrations.source_files():
+            conn.execute(text)
+    from_source = catalog.snapshot(empty_db_url)
+    from_migrations = catalog.snapshot(db_url)
+    for kind in catalog.QUERIES:
+        assert from_source[kind] == from_migrations[kind], kind
+    assert len(from_source["functions"]) > 20
+
+
+def test_released_migrations_never_change() -> None:
+    shipped = {m.version: m.checksum for m in migrations.available()}
+    for version, checksum in RELEASED.items():
+        assert shipped[version] == checksum, f"migration {version} was edited after release"
+
+
+def test_every_migration_is_listed_as_released() -> None:
+    assert sorted(RELEASED) == [m.version for m in migrations.available()]
+
+
+def test_migrate_records_each_migration_with_its_checksum(db_url: str) -> None:
+    with connect(db_url) as conn:
+        recorded = migrations.applied(conn)
+    assert recorded == {m.version: m.checksum for m in migrations.available()}
+
+
+def test_migrate_is_idempotent(db_url: str) -> None:
+    with connect(db_url) as conn:
+        assert migrations.migrate(conn) == []
+        assert migrations.ensure_pgmq(conn) is None
+
+
+def test_concurrent_migrations_apply_everything_once(empty_db_url: str) -> None:
+    barrier = threading.Barrier(4)
+    results: list[object] = []
+
+    def run() -> None:
+        with connect(empty_db_url) as conn:
+            barrier.wait()
+            try:
+                results.append(len(migrations.migrate(conn)))
+            except Exception as exc:  # collected and asserted below
+                results.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results, key=str) == [0, 0, 0, len(migrations.available())]
+    with connect(empty_db_url) as conn:
+        assert migrations.applied(conn).keys() == {m.version for m in migrations.available()}
+
+
+def test_pgmq_is_installed_as_sql_with_its_version_in_the_schema_comment(
+    empty_db_url: str,
+) -> None:
+    with connect(empty_db_url) as conn:
+        version = migrations.ensure_pgmq(conn)
+        comment = conn.execute(
+            "select obj_description('pgmq'::regnamespace, 'pg_namespace')"
+        ).fetchone()
+    assert version == migrations.pgmq_sql()[1]
+    assert comment == (f"PGMQ {version}, installed as SQL by pgflow-gen",)
+
+
+def test_an_existing_pgmq_is_used_as_it_is(empty_db_url: str) -> None:
+    with connect(empty_db_url) as conn:
+        conn.execute("create schema pgmq")
+        assert migrations.ensure_pgmq(conn) is None
+        assert conn.execute(
+            "select count(*) from pg_proc where pronamespace = 'pgmq'::regnamespace"
+        ).fetchone() == (0,)
+
+
+def test_an_edited_applied_migration_is_an_error(db_url: str) -> None:
+    with connect(db_url) as conn:
+        conn.execute(
+            "update pgflow.schema_migrations set checksum = 'edited' where version = '0001'"
+        )
+        with pytest.raises(errors.MigrationError, match="was edited after it was applied"):
+            migrations.migrate(conn)
+
+
+def test_a_migration_unknown_to_this_version_is_an_error(db_url: str) -> None:
+    with connect(db_url) as conn:
+        conn.execute(
+            "insert into pgflow.schema_migrations (version, name, checksum)"
+            " values ('9999', 'future', 'x')"
+        )
+        with pytest.raises(errors.MigrationError, match="unknown to this pgflow-gen"):
+            migrations.migrate(conn)
+
+
+def test_target_stops_at_the_given_migration(empty_db_url: str) -> None:
+    with connect(empty_db_url) as conn:
+        applied = migrations.migrate(conn, target="0001")
+    assert [m.version for m in applied] == ["0001"]
+
+
+def test_an_unknown_target_is_an_error_and_applies_nothing(empty_db_url: str) -> None:
+    with connect(empty_db_url) as conn:
+        with pytest.raises(errors.MigrationError, match="Unknown migration target"):
+            migrations.migrate(conn, target="0777")
+        assert migrations.applied(conn) == {}
+
+
+def test_a_failing_migration_is_rolled_back_whole(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = migrations.Migration(
+        "0002", "broken", "create table pgflow.half (x int);\nselect 1/0;"
+    )
+    shipped = migrations.available()
+    monkeypatch.setattr(migrations, "available", lambda: (*shipped, broken))
+    with connect(empty_db_url) as conn:
+        with pytest.raises(errors.MigrationError, match="0002_broken failed") as raised:
+            migrations.migrate(conn)
+        assert raised.value.detail == "division by zero"
+        assert conn.execute("select to_regclass('pgflow.half')").fetchone() == (None,)
+        assert migrations.applied(conn).keys() == {m.version for m in shipped}
+
+
+def test_migrate_needs_an_autocommit_connection(empty_db_url: str) -> None:
+    with (
+        psycopg.connect(empty_db_url) as conn,
+        pytest.raises(errors.MigrationError, match="autocommit"),
+    ):
+        migrations.migrate(conn)
+
+
+def test_the_printed_engine_script_agrees_with_migrate(admin_url: str, empty_db_url: str) -> None:
+    with connect(empty_db_url) as conn:
+        migrations.ensure_pgmq(conn)
+        conn.execute(migrations.engine_script())
+        assert migrations.migrate(conn) == []
+    other = create_database(admin_url, "pgflow_script_vs_migrate")
+    try:
+        with connect(other) as conn:
+            migrations.migrate(conn)
+        assert catalog.snapshot(empty_db_url) == catalog.snapshot(other)
+    finally:
+        drop_database(admin_url, "pgflow_script_vs_migrate")
