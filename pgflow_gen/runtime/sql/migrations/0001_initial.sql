@@ -127,17 +127,15 @@ create table pgflow.runs (
   completed_at timestamptz,
   failed_at timestamptz,
   constraint status_is_known check (status in ('started', 'completed', 'failed')),
-  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
-  constraint completed_at_is_after_started_at check (completed_at is null or completed_at >= started_at),
-  constraint failed_at_is_after_started_at check (failed_at is null or failed_at >= started_at),
-  constraint completed_and_failed_are_exclusive check (completed_at is null or failed_at is null)
-);
+  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
+) with (fillfactor = 80);
 
 create index runs_flow_slug_idx on pgflow.runs (flow_slug);
 create index runs_status_idx on pgflow.runs (status);
 
 -- One row per (run, step). remaining_deps counts unfinished dependencies; remaining_tasks counts
 -- unfinished tasks once the step started; initial_tasks is null until a dependent map knows its size.
+-- No index covers a column that changes, so state transitions are HOT updates.
 create table pgflow.step_states (
   run_id uuid not null references pgflow.runs (run_id),
   flow_slug text not null,
@@ -159,26 +157,18 @@ create table pgflow.step_states (
   constraint status_is_known check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
   constraint remaining_deps_is_nonnegative check (remaining_deps >= 0),
   constraint remaining_tasks_is_nonnegative check (remaining_tasks is null or remaining_tasks >= 0),
-  constraint initial_tasks_is_nonnegative check (initial_tasks is null or initial_tasks >= 0),
-  constraint completed_has_no_remaining_tasks check (status <> 'completed' or remaining_tasks = 0),
-  constraint started_knows_its_tasks check (status <> 'started' or initial_tasks is not null),
   constraint output_is_only_on_completed check (output is null or status = 'completed'),
-  constraint skip_reason_is_only_on_skipped check ((skip_reason is not null) = (status = 'skipped')),
-  constraint skip_reason_is_known check (
-    skip_reason is null or skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped')
-  ),
-  constraint terminal_timestamps_are_exclusive check (
-    num_nonnulls(completed_at, failed_at, skipped_at) <= 1
+  constraint skip_reason_matches_status check (
+    (status = 'skipped') = coalesce(skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped'), false)
   )
-);
+) with (fillfactor = 80);
 
-create index step_states_ready_idx on pgflow.step_states (run_id)
-  where status = 'created' and remaining_deps = 0;
 create index step_states_flow_slug_idx on pgflow.step_states (flow_slug, step_slug);
 
 -- One row per unit of work: one for a single step, one per element for a map step.
 -- queue_name is the step's route copied once at creation; (queue_name, message_id) is unique
--- because PGMQ message ids are unique only within one queue.
+-- because PGMQ message ids are unique only within one queue. Few indexes on purpose: completing a
+-- task should be a HOT update (no indexed column changes).
 create table pgflow.step_tasks (
   run_id uuid not null,
   flow_slug text not null,
@@ -190,7 +180,8 @@ create table pgflow.step_tasks (
   queue_name text not null,
   output jsonb,
   error_message text,
-  last_worker_id uuid references pgflow.workers (worker_id) on delete set null,
+  -- Informational; no foreign key, so pruning workers never rewrites task rows.
+  last_worker_id uuid,
   requeued_count int not null default 0,
   last_requeued_at timestamptz,
   permanently_stalled_at timestamptz,
@@ -203,21 +194,21 @@ create table pgflow.step_tasks (
   constraint status_is_known check (
     status in ('queued', 'started', 'completed', 'failed', 'skipped', 'cancelled')
   ),
-  constraint task_index_is_nonnegative check (task_index >= 0),
-  constraint attempts_count_is_nonnegative check (attempts_count >= 0),
-  constraint requeued_count_is_nonnegative check (requeued_count >= 0),
-  constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed')),
-  constraint completed_at_is_after_queued_at check (completed_at is null or completed_at >= queued_at),
-  constraint failed_at_is_after_queued_at check (failed_at is null or failed_at >= queued_at)
-);
+  constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed'))
+) with (fillfactor = 80);
 
 create unique index step_tasks_queue_message_idx on pgflow.step_tasks (queue_name, message_id)
   where message_id is not null;
-create index step_tasks_started_idx on pgflow.step_tasks (started_at) where status = 'started';
-create index step_tasks_active_idx on pgflow.step_tasks (run_id)
-  where status in ('queued', 'started');
-create index step_tasks_last_worker_idx on pgflow.step_tasks (last_worker_id)
-  where status = 'started';
+
+-- Messages of completed tasks, waiting to be archived in batches: complete_task records its
+-- message here (a cheap insert) instead of one PGMQ archive call per task. The message stays
+-- invisible meanwhile (its lease outlives the task). Drained by start_tasks for its queue and
+-- by requeue_stalled_tasks and prune_data_older_than for every queue.
+create table pgflow.archivable_messages (
+  queue_name text not null,
+  message_id bigint not null,
+  primary key (queue_name, message_id)
+);
 
 -- What start_tasks returns for each claimed task: its key, its assembled input and, for root
 -- single steps only, the run input (map tasks never duplicate a large input).
@@ -244,16 +235,19 @@ $$;
 
 -- Run and step events on the channel pgflow_run_<run id without dashes>. The payload names the
 -- transition only, never an output, so it always fits NOTIFY's 8000-byte limit.
+-- PL/pgSQL rather than SQL so that its plan is cached (it runs on every transition).
 create function pgflow._emit_event(run_id uuid, event text, step_slug text, status text)
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
-  select pg_notify(
+begin
+  perform pg_notify(
     'pgflow_run_' || replace(run_id::text, '-', ''),
     json_build_object('event', event, 'run_id', run_id, 'step_slug', step_slug, 'status', status)::text
-  )
+  );
+end;
 $$;
 
 -- Seconds before a failed task becomes visible again: base_delay * 2^attempts_count, where
@@ -313,33 +307,85 @@ begin
 end;
 $$;
 
--- Enqueues one message per task index of a step and returns which message id each task got.
--- Messages carry only the task key. Inserting into the queue table directly (as pgmq.send_batch
--- does) lets RETURNING pair every id with its task_index without relying on row order.
-create function pgflow._send_task_messages(
-  queue_name text,
-  flow_slug text,
+-- Creates a started step's tasks: one message per task index in the step's queue, carrying only
+-- the task key, then the task rows that remember each message id (paired through RETURNING, never
+-- by row order). The queue table name is dynamic, so its statement is planned on every call and
+-- kept as simple as possible (a single-task step, the common case, inserts one row).
+create function pgflow._enqueue_step_tasks(
   run_id uuid,
+  flow_slug text,
   step_slug text,
+  queue_name text,
   task_count int,
   delay_seconds int
 )
-returns table (task_index int, message_id bigint)
+returns void
 language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_queue_table text := 'q_' || queue_name;
+  v_message_id bigint;
+  v_message_ids bigint[];
+  v_task_indexes int[];
 begin
-  return query execute format(
+  if task_count = 1 then
+    execute format('insert into pgmq.%I (vt, message) values ($1, $2) returning msg_id', v_queue_table)
+    into v_message_id
+    using clock_timestamp() + make_interval(secs => delay_seconds),
+      jsonb_build_object('flow_slug', flow_slug, 'run_id', run_id, 'step_slug', step_slug, 'task_index', 0);
+    insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+    values (run_id, flow_slug, step_slug, 0, v_message_id, queue_name);
+    return;
+  end if;
+
+  execute format(
     $q$
-      insert into pgmq.%I (vt, message)
-      select clock_timestamp() + make_interval(secs => $5),
-             jsonb_build_object('flow_slug', $1, 'run_id', $2, 'step_slug', $3, 'task_index', i)
-      from generate_series(0, $4 - 1) as i
-      returning (message ->> 'task_index')::int, msg_id
+      with sent as (
+        insert into pgmq.%I (vt, message)
+        select $1, jsonb_build_object('flow_slug', $2, 'run_id', $3, 'step_slug', $4, 'task_index', i)
+        from generate_series(0, $5 - 1) as i
+        returning msg_id, (message ->> 'task_index')::int as task_index
+      )
+      select array_agg(msg_id), array_agg(task_index) from sent
     $q$,
-    'q_' || lower(queue_name)
-  ) using flow_slug, run_id, step_slug, task_count, delay_seconds;
+    v_queue_table
+  )
+  into v_message_ids, v_task_indexes
+  using clock_timestamp() + make_interval(secs => delay_seconds), flow_slug, run_id, step_slug, task_count;
+  insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+  select _enqueue_step_tasks.run_id, _enqueue_step_tasks.flow_slug, _enqueue_step_tasks.step_slug,
+    m.task_index, m.message_id, _enqueue_step_tasks.queue_name
+  from unnest(v_task_indexes, v_message_ids) as m (task_index, message_id);
+end;
+$$;
+
+-- Archives the recorded messages of completed tasks, one pgmq.archive call per queue (one queue,
+-- or all when queue_name is null). Returns how many it archived. Touches no task rows.
+-- Called by start_tasks, requeue_stalled_tasks and prune_data_older_than.
+create function pgflow.archive_completed_messages(queue_name text default null)
+returns int
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+  v_messages bigint[];
+begin
+  with drained as (
+    delete from pgflow.archivable_messages as m
+    where archive_completed_messages.queue_name is null
+       or m.queue_name = archive_completed_messages.queue_name
+    returning m.queue_name, m.message_id
+  )
+  select array_agg(d.queue_name), array_agg(d.message_id) into v_queues, v_messages from drained as d;
+  if v_messages is null then
+    return 0;
+  end if;
+  perform pgflow._archive_task_messages(v_queues, v_messages);
+  return cardinality(v_messages);
 end;
 $$;
 
@@ -821,8 +867,9 @@ begin
 end;
 $$;
 
--- Fails a started run: every queued or started task becomes cancelled and its message is archived,
--- so late callbacks and stale messages change nothing. The caller holds the run row lock.
+-- Fails a started run: every queued or started task becomes cancelled (rows locked in key order)
+-- and then its message is archived, so late callbacks and stale messages change nothing.
+-- The caller holds the run row lock.
 create function pgflow._fail_run(run_id uuid)
 returns void
 language plpgsql
@@ -839,9 +886,18 @@ begin
     return;
   end if;
 
-  with cancelled as (
-    update pgflow.step_tasks as t set status = 'cancelled'
+  with locked as (
+    select t.step_slug, t.task_index
+    from pgflow.step_tasks as t
     where t.run_id = _fail_run.run_id and t.status in ('queued', 'started')
+    order by t.step_slug, t.task_index
+    for update
+  ),
+  cancelled as (
+    update pgflow.step_tasks as t set status = 'cancelled'
+    from locked
+    where t.run_id = _fail_run.run_id and t.step_slug = locked.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
     returning t.queue_name, t.message_id
   )
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_messages from cancelled as c;
@@ -851,11 +907,12 @@ begin
 end;
 $$;
 
--- Marks a step completed with its output, counts it off the run, and tells each waiting child
--- that one dependency finished; a dependent map learns its task count from the array length.
--- Called by complete_task (last task) and _advance_run (taskless steps); caller holds the run lock.
+-- Marks a created or started step completed with its output, counts it off the run, and tells each
+-- waiting child that one dependency finished; a dependent map learns its task count from the array
+-- length. Returns false when the step was no longer open. Caller holds the run row lock.
+-- Called by complete_task (last task) and _advance_run (steps without tasks).
 create function pgflow._complete_step(run_id uuid, step_slug text, output jsonb)
-returns void
+returns boolean
 language plpgsql
 volatile
 set search_path = ''
@@ -863,34 +920,45 @@ as $$
 declare
   -- Computed here, not inline: the planner folds functions of parameters even in CASE branches.
   v_array_length int := case when jsonb_typeof(output) = 'array' then jsonb_array_length(output) end;
+  v_flow_slug text;
+  v_children text[];
+  v_child_is_map boolean[];
 begin
   update pgflow.step_states as ss
   set status = 'completed', output = _complete_step.output, remaining_tasks = 0,
     started_at = coalesce(ss.started_at, clock_timestamp()), completed_at = clock_timestamp()
-  where ss.run_id = _complete_step.run_id and ss.step_slug = _complete_step.step_slug;
+  where ss.run_id = _complete_step.run_id and ss.step_slug = _complete_step.step_slug
+    and ss.status in ('created', 'started')
+  returning ss.flow_slug into v_flow_slug;
+  if not found then
+    return false;
+  end if;
   perform pgflow._emit_event(run_id, 'step:completed', step_slug, 'completed');
 
-  update pgflow.step_states as child
-  set remaining_deps = child.remaining_deps - 1,
-    initial_tasks = case
-      when s.step_type = 'map' and child.initial_tasks is null then v_array_length
-      else child.initial_tasks
-    end
+  -- Children are looked up first, so the update below uses the (run_id, step_slug) key.
+  select array_agg(d.step_slug), array_agg(child.step_type = 'map') into v_children, v_child_is_map
   from pgflow.deps as d
-  join pgflow.steps as s on s.flow_slug = d.flow_slug and s.step_slug = d.step_slug
-  where child.run_id = _complete_step.run_id
-    and d.flow_slug = child.flow_slug and d.step_slug = child.step_slug
-    and d.dep_slug = _complete_step.step_slug
-    and child.status = 'created';
+  join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
+  where d.flow_slug = v_flow_slug and d.dep_slug = _complete_step.step_slug;
+
+  if v_children is not null then
+    update pgflow.step_states as ss
+    set remaining_deps = ss.remaining_deps - 1,
+      initial_tasks = case when c.is_map and ss.initial_tasks is null then v_array_length else ss.initial_tasks end
+    from unnest(v_children, v_child_is_map) as c (step_slug, is_map)
+    where ss.run_id = _complete_step.run_id and ss.step_slug = c.step_slug and ss.status = 'created';
+  end if;
 
   update pgflow.runs as r set remaining_steps = r.remaining_steps - 1
   where r.run_id = _complete_step.run_id;
+  return true;
 end;
 $$;
 
--- Skips one step (when_unmet or when_exhausted = skip): its unfinished tasks become skipped and
--- their messages archived; children lose one dependency, and a map child of it becomes empty.
--- Returns false when the step was no longer skippable. Caller holds the run lock.
+-- Skips one step (when_unmet or when_exhausted = skip): its unfinished tasks become skipped (rows
+-- locked in key order) and then their messages are archived; children lose one dependency, and a
+-- map child of it becomes empty. Returns false when the step was no longer open.
+-- Caller holds the run row lock.
 create function pgflow._skip_step(run_id uuid, step_slug text, skip_reason text, error_message text)
 returns boolean
 language plpgsql
@@ -900,35 +968,52 @@ as $$
 declare
   v_queues text[];
   v_messages bigint[];
+  v_flow_slug text;
+  v_children text[];
+  v_child_is_map boolean[];
 begin
   update pgflow.step_states as ss
   set status = 'skipped', skip_reason = _skip_step.skip_reason, error_message = _skip_step.error_message,
     remaining_tasks = null, skipped_at = clock_timestamp()
   where ss.run_id = _skip_step.run_id and ss.step_slug = _skip_step.step_slug
-    and ss.status in ('created', 'started');
+    and ss.status in ('created', 'started')
+  returning ss.flow_slug into v_flow_slug;
   if not found then
     return false;
   end if;
 
-  with skipped as (
-    update pgflow.step_tasks as t set status = 'skipped'
+  with locked as (
+    select t.task_index
+    from pgflow.step_tasks as t
     where t.run_id = _skip_step.run_id and t.step_slug = _skip_step.step_slug
       and t.status in ('queued', 'started')
+    order by t.task_index
+    for update
+  ),
+  skipped as (
+    update pgflow.step_tasks as t set status = 'skipped'
+    from locked
+    where t.run_id = _skip_step.run_id and t.step_slug = _skip_step.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
     returning t.queue_name, t.message_id
   )
   select array_agg(s.queue_name), array_agg(s.message_id) into v_queues, v_messages from skipped as s;
   perform pgflow._archive_task_messages(v_queues, v_messages);
   perform pgflow._emit_event(run_id, 'step:skipped', step_slug, 'skipped');
 
-  update pgflow.step_states as child
-  set remaining_deps = child.remaining_deps - 1,
-    initial_tasks = case when s.step_type = 'map' then 0 else child.initial_tasks end
+  -- Children are looked up first, so the update below uses the (run_id, step_slug) key.
+  select array_agg(d.step_slug), array_agg(child.step_type = 'map') into v_children, v_child_is_map
   from pgflow.deps as d
-  join pgflow.steps as s on s.flow_slug = d.flow_slug and s.step_slug = d.step_slug
-  where child.run_id = _skip_step.run_id
-    and d.flow_slug = child.flow_slug and d.step_slug = child.step_slug
-    and d.dep_slug = _skip_step.step_slug
-    and child.status = 'created';
+  join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
+  where d.flow_slug = v_flow_slug and d.dep_slug = _skip_step.step_slug;
+
+  if v_children is not null then
+    update pgflow.step_states as ss
+    set remaining_deps = ss.remaining_deps - 1,
+      initial_tasks = case when c.is_map then 0 else ss.initial_tasks end
+    from unnest(v_children, v_child_is_map) as c (step_slug, is_map)
+    where ss.run_id = _skip_step.run_id and ss.step_slug = c.step_slug and ss.status = 'created';
+  end if;
 
   update pgflow.runs as r set remaining_steps = r.remaining_steps - 1
   where r.run_id = _skip_step.run_id;
@@ -937,7 +1022,8 @@ end;
 $$;
 
 -- Skips a step and every step downstream of it (skip-cascade): the step gets skip_reason, its
--- descendants dependency_skipped; their unfinished tasks become skipped, messages archived.
+-- descendants dependency_skipped; their unfinished tasks become skipped (rows locked in key order),
+-- then their messages are archived.
 -- Returns how many steps it skipped (0 when already done). Caller holds the run lock.
 create function pgflow._skip_step_cascade(run_id uuid, step_slug text, skip_reason text, error_message text)
 returns int
@@ -978,10 +1064,19 @@ begin
     return 0;
   end if;
 
-  with skipped_tasks as (
-    update pgflow.step_tasks as t set status = 'skipped'
+  with locked as (
+    select t.step_slug, t.task_index
+    from pgflow.step_tasks as t
     where t.run_id = _skip_step_cascade.run_id and t.step_slug = any (v_skipped)
       and t.status in ('queued', 'started')
+    order by t.step_slug, t.task_index
+    for update
+  ),
+  skipped_tasks as (
+    update pgflow.step_tasks as t set status = 'skipped'
+    from locked
+    where t.run_id = _skip_step_cascade.run_id and t.step_slug = locked.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
     returning t.queue_name, t.message_id
   )
   select array_agg(s.queue_name), array_agg(s.message_id) into v_queues, v_messages from skipped_tasks as s;
@@ -1003,8 +1098,9 @@ end;
 $$;
 
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
--- evaluates its condition once, then skips it, fails the run, completes it at once when it has
--- no tasks, or starts it (tasks + one message each). Repeats until no step is ready.
+-- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
+-- tasks, or starts it (tasks + one message each). Skips and instant completions can ready more
+-- steps, so it repeats until a pass changes nothing but starts; then it completes a finished run.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -1015,65 +1111,69 @@ as $$
 declare
   v_step record;
   v_target jsonb;
+  v_again boolean := true;
 begin
-  loop
-    select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
-      s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input
-    into v_step
-    from pgflow.step_states as ss
-    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-    join pgflow.runs as r on r.run_id = ss.run_id
-    where ss.run_id = _advance_run.run_id and ss.status = 'created' and ss.remaining_deps = 0
-    order by s.step_index
-    limit 1;
-    exit when not found;
-
-    -- GUARD: conditions are evaluated once, now that the step is ready.
-    if v_step.required_input_pattern is not null or v_step.forbidden_input_pattern is not null then
-      if v_step.deps_count = 0 then
-        v_target := v_step.input;
-      else
-        select coalesce(jsonb_object_agg(d.dep_slug, dep.output), '{}') into v_target
-        from pgflow.deps as d
-        join pgflow.step_states as dep on dep.run_id = _advance_run.run_id and dep.step_slug = d.dep_slug
-        where d.flow_slug = v_step.flow_slug and d.step_slug = v_step.step_slug and dep.status = 'completed';
-      end if;
-      if not ((v_step.required_input_pattern is null or v_target @> v_step.required_input_pattern)
-        and (v_step.forbidden_input_pattern is null or not v_target @> v_step.forbidden_input_pattern)) then
-        if v_step.when_unmet = 'fail' then
-          update pgflow.step_states as ss
-          set status = 'failed', error_message = 'Condition not met', failed_at = clock_timestamp()
-          where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug;
-          perform pgflow._emit_event(run_id, 'step:failed', v_step.step_slug, 'failed');
-          perform pgflow._fail_run(run_id);
-          return false;
-        elsif v_step.when_unmet = 'skip' then
-          perform pgflow._skip_step(run_id, v_step.step_slug, 'condition_unmet', null);
+  while v_again loop
+    v_again := false;
+    for v_step in
+      select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
+        s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input
+      from pgflow.step_states as ss
+      join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+      join pgflow.runs as r on r.run_id = ss.run_id
+      where ss.run_id = _advance_run.run_id and ss.status = 'created' and ss.remaining_deps = 0
+      order by s.step_index
+    loop
+      -- GUARD: conditions are evaluated once, now that the step is ready.
+      if v_step.required_input_pattern is not null or v_step.forbidden_input_pattern is not null then
+        if v_step.deps_count = 0 then
+          v_target := v_step.input;
         else
-          perform pgflow._skip_step_cascade(run_id, v_step.step_slug, 'condition_unmet', null);
+          select coalesce(jsonb_object_agg(d.dep_slug, dep.output), '{}') into v_target
+          from pgflow.deps as d
+          join pgflow.step_states as dep on dep.run_id = _advance_run.run_id and dep.step_slug = d.dep_slug
+          where d.flow_slug = v_step.flow_slug and d.step_slug = v_step.step_slug
+            and dep.status = 'completed';
         end if;
+        if not ((v_step.required_input_pattern is null or v_target @> v_step.required_input_pattern)
+          and (v_step.forbidden_input_pattern is null or not v_target @> v_step.forbidden_input_pattern)) then
+          if v_step.when_unmet = 'fail' then
+            update pgflow.step_states as ss
+            set status = 'failed', error_message = 'Condition not met', failed_at = clock_timestamp()
+            where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug
+              and ss.status = 'created';
+            continue when not found;
+            perform pgflow._emit_event(run_id, 'step:failed', v_step.step_slug, 'failed');
+            perform pgflow._fail_run(run_id);
+            return false;
+          elsif v_step.when_unmet = 'skip' then
+            v_again := pgflow._skip_step(run_id, v_step.step_slug, 'condition_unmet', null) or v_again;
+          else
+            v_again := pgflow._skip_step_cascade(run_id, v_step.step_slug, 'condition_unmet', null) > 0
+              or v_again;
+          end if;
+          continue;
+        end if;
+      end if;
+
+      if v_step.initial_tasks = 0 then
+        v_again := pgflow._complete_step(run_id, v_step.step_slug,
+          case when v_step.step_type = 'map' then '[]'::jsonb end) or v_again;
         continue;
       end if;
-    end if;
 
-    if v_step.initial_tasks = 0 then
-      perform pgflow._complete_step(run_id, v_step.step_slug,
-        case when v_step.step_type = 'map' then '[]'::jsonb end);
-      continue;
-    end if;
-
-    update pgflow.step_states as ss
-    set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
-    where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug;
-
-    insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
-    select _advance_run.run_id, v_step.flow_slug, v_step.step_slug, m.task_index, m.message_id, v_step.queue_name
-    from pgflow._send_task_messages(
-      v_step.queue_name, v_step.flow_slug, run_id, v_step.step_slug,
-      v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0)
-    ) as m;
-    perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+      -- GUARD: a skip-cascade earlier in this pass may have closed the step already.
+      update pgflow.step_states as ss
+      set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
+      where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug and ss.status = 'created';
+      continue when not found;
+      perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
+        v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
+      perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+    end loop;
   end loop;
+
+  perform pgflow._maybe_complete_run(run_id);
   return true;
 end;
 $$;
@@ -1106,7 +1206,7 @@ $$;
 
 -- Starts a run: one step state per step, then every ready step moves forward at once (conditions,
 -- empty maps, first messages). A flow with a root map needs an array input. Returns the run.
--- Locks the new run row; callers may pass their own run_id for idempotent starts.
+-- Holds the flow's definition lock shared, so the definition cannot change while it is read.
 create function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
 returns setof pgflow.runs
 language plpgsql
@@ -1118,6 +1218,7 @@ declare
   v_root_map text;
   v_input_length int;
 begin
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
@@ -1152,9 +1253,7 @@ begin
   where s.flow_slug = start_flow.flow_slug;
 
   perform pgflow._emit_event(v_run_id, 'run:started', null, 'started');
-  if pgflow._advance_run(v_run_id) then
-    perform pgflow._maybe_complete_run(v_run_id);
-  end if;
+  perform pgflow._advance_run(v_run_id);
 
   return query select * from pgflow.runs as r where r.run_id = v_run_id;
 end;
@@ -1162,7 +1261,9 @@ $$;
 
 -- Phase two of a claim: of the messages a worker read from queue_name, claims the queued tasks of
 -- this flow whose run and step are started, extends each message's visibility to the step's
--- timeout + 2 s, and returns the tasks with their inputs. Locks task rows, then PGMQ rows.
+-- timeout + 2 s, and returns the tasks with their inputs. Task rows locked by someone else are
+-- skipped (their message comes back later), so a claim never waits; then PGMQ rows are locked.
+-- First it archives the queue's batch of completed tasks' messages.
 create function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text)
 returns setof pgflow.step_task_record
 language plpgsql
@@ -1170,6 +1271,7 @@ volatile
 set search_path = ''
 as $$
 declare
+  v_queue text := lower(queue_name);
   v_run_ids uuid[];
   v_step_slugs text[];
   v_task_indexes int[];
@@ -1183,21 +1285,33 @@ begin
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
   end if;
+  if not exists (select 1 from pgflow.workers as w where w.worker_id = start_tasks.worker_id) then
+    raise exception 'Worker % is not registered.', worker_id
+      using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  perform pgflow.archive_completed_messages(v_queue);
 
   -- GUARD: only queued tasks of started runs and steps; the task row lock decides races.
-  with claimed as (
+  with candidates as (
+    select t.run_id, t.step_slug, t.task_index, coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    from pgflow.step_tasks as t
+    join pgflow.runs as r on r.run_id = t.run_id
+    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join pgflow.flows as f on f.flow_slug = t.flow_slug
+    where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
+      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
+      and r.status = 'started' and ss.status = 'started'
+    order by t.run_id, t.step_slug, t.task_index
+    for update of t skip locked
+  ),
+  claimed as (
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
-    from pgflow.runs as r, pgflow.step_states as ss, pgflow.steps as s, pgflow.flows as f
-    where t.queue_name = start_tasks.queue_name and t.message_id = any (start_tasks.msg_ids)
-      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
-      and r.run_id = t.run_id and r.status = 'started'
-      and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
-      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      and f.flow_slug = t.flow_slug
-    returning t.run_id, t.step_slug, t.task_index, t.message_id,
-      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    from candidates as c
+    where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+    returning t.run_id, t.step_slug, t.task_index, t.message_id, c.vt_offset
   )
   select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
     array_agg(c.message_id), array_agg(c.vt_offset)
@@ -1208,10 +1322,10 @@ begin
   end if;
 
   -- GUARD: the lease must be in place before any task is returned, or the claim is undone.
-  select count(*) into v_visible_set from pgflow.set_vt_batch(queue_name, v_message_ids, v_offsets);
+  select count(*) into v_visible_set from pgflow.set_vt_batch(v_queue, v_message_ids, v_offsets);
   if v_visible_set <> cardinality(v_message_ids) then
     raise exception 'start_tasks: % of % claimed messages are missing from queue "%".',
-      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), queue_name
+      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), v_queue
       using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
   end if;
 
@@ -1244,7 +1358,9 @@ $$;
 
 -- A worker reports a task's output. The last task of a step completes the step (a map's output
 -- is its task outputs in task order), which readies children and may complete the run.
--- Late callbacks (run finished, task not started) change nothing. Locks run, step state, task, PGMQ.
+-- Late callbacks (run finished, step closed, task not started) change nothing.
+-- Locks run, step state and task (in that order, in one statement); its message is archived in a
+-- later batch (pgflow.archivable_messages), so the hot path touches no PGMQ row but the next one's.
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -1252,43 +1368,45 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_run_status text;
+  v_locked record;
+  v_step_type text;
   v_task pgflow.step_tasks;
-  v_step record;
   v_child text;
   v_remaining int;
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
-  select r.status into v_run_status from pgflow.runs as r where r.run_id = complete_task.run_id for update;
-  if not found then
-    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
-  end if;
-  select ss.status, s.step_type into v_step
-  from pgflow.step_states as ss
+  select r.status as run_status, ss.status as step_status, s.step_type, t as task
+  into v_locked
+  from pgflow.runs as r
+  join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = complete_task.step_slug
   join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
-  for update of ss;
-  select * into v_task from pgflow.step_tasks as t
-  where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-    and t.task_index = complete_task.task_index
-  for update;
+  join pgflow.step_tasks as t
+    on t.run_id = r.run_id and t.step_slug = ss.step_slug and t.task_index = complete_task.task_index
+  where r.run_id = complete_task.run_id
+  for update of r, ss, t;
   if not found then
+    if not exists (select 1 from pgflow.runs as r where r.run_id = complete_task.run_id) then
+      raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+    end if;
     raise exception 'Task % of step "%" in run % does not exist.', task_index, step_slug, run_id
       using errcode = 'P0002';
   end if;
+  v_task := v_locked.task;
+  v_step_type := v_locked.step_type;
 
   -- GUARD: late callbacks are no-ops.
-  if v_run_status <> 'started' or v_task.status <> 'started' or v_step.status <> 'started' then
+  if v_locked.run_status <> 'started' or v_locked.step_status <> 'started' or v_task.status <> 'started' then
     return next v_task;
     return;
   end if;
 
   -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
-  if v_step.step_type = 'single' and v_output_type <> 'array' then
+  if v_step_type = 'single' and v_output_type <> 'array' then
     select d.step_slug into v_child
     from pgflow.deps as d
     join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug and child.step_type = 'map'
+    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug
+      and child.step_type = 'map'
     order by child.step_index
     limit 1;
     if v_child is not null then
@@ -1303,9 +1421,9 @@ begin
         error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
           v_child, complete_task.step_slug, v_output_type)
       where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
-      perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
       perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
       perform pgflow._fail_run(run_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
       return next v_task;
       return;
     end if;
@@ -1316,7 +1434,6 @@ begin
   where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
     and t.task_index = complete_task.task_index
   returning * into v_task;
-  perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
 
   update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
   where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
@@ -1324,23 +1441,26 @@ begin
 
   if v_remaining = 0 then
     perform pgflow._complete_step(run_id, step_slug,
-      case when v_step.step_type = 'map' then (
+      case when v_step_type = 'map' then (
         select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
         from pgflow.step_tasks as t
         where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
       ) else output end);
-    if pgflow._advance_run(run_id) then
-      perform pgflow._maybe_complete_run(run_id);
-    end if;
+    perform pgflow._advance_run(run_id);
   end if;
 
+  -- The message is archived later, in a batch (see pgflow.archivable_messages).
+  insert into pgflow.archivable_messages (queue_name, message_id)
+  values (v_task.queue_name, v_task.message_id)
+  on conflict do nothing;
   return next v_task;
 end;
 $$;
 
 -- A worker reports a task's failure. With attempts left the task is queued again and its message
--- hidden for base_delay * 2^attempts seconds; exhausted, when_exhausted decides: fail the run,
--- skip the step, or skip it and everything downstream. Locks run, step state, task, PGMQ.
+-- hidden for base_delay * 2^attempts seconds; exhausted (or parked by stall recovery),
+-- when_exhausted decides: fail the run, skip the step, or skip it and everything downstream.
+-- Locks run, step state and task (in that order, in one statement), then PGMQ rows.
 create function pgflow.fail_task(run_id uuid, step_slug text, task_index int, error_message text)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -1348,14 +1468,25 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_run_status text;
-  v_task pgflow.step_tasks;
+  v_locked record;
   v_step record;
+  v_task pgflow.step_tasks;
 begin
-  select r.status into v_run_status from pgflow.runs as r where r.run_id = fail_task.run_id for update;
+  select r.status as run_status, t as task into v_locked
+  from pgflow.runs as r
+  join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = fail_task.step_slug
+  join pgflow.step_tasks as t
+    on t.run_id = r.run_id and t.step_slug = ss.step_slug and t.task_index = fail_task.task_index
+  where r.run_id = fail_task.run_id
+  for update of r, ss, t;
   if not found then
-    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+    if not exists (select 1 from pgflow.runs as r where r.run_id = fail_task.run_id) then
+      raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+    end if;
+    raise exception 'Task % of step "%" in run % does not exist.', task_index, step_slug, run_id
+      using errcode = 'P0002';
   end if;
+  v_task := v_locked.task;
   select ss.status, s.when_exhausted,
     coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,
     coalesce(s.opt_base_delay, f.opt_base_delay) as base_delay
@@ -1363,23 +1494,16 @@ begin
   from pgflow.step_states as ss
   join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
   join pgflow.flows as f on f.flow_slug = ss.flow_slug
-  where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
-  for update of ss;
-  select * into v_task from pgflow.step_tasks as t
-  where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
-  for update of t;
-  if not found then
-    raise exception 'Task % of step "%" in run % does not exist.', task_index, step_slug, run_id
-      using errcode = 'P0002';
-  end if;
+  where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug;
 
   -- GUARD: late callbacks are no-ops (cancellation and skips win).
-  if v_run_status <> 'started' or v_task.status <> 'started' or v_step.status <> 'started' then
+  if v_locked.run_status <> 'started' or v_task.status <> 'started' or v_step.status <> 'started' then
     return next v_task;
     return;
   end if;
 
-  if v_task.attempts_count < v_step.max_attempts then
+  -- A parked task's message is gone: it cannot be retried, so its failure is final.
+  if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null then
     update pgflow.step_tasks as t
     set status = 'queued', started_at = null, error_message = fail_task.error_message
     where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
@@ -1394,7 +1518,6 @@ begin
   set status = 'failed', failed_at = clock_timestamp(), error_message = fail_task.error_message
   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
   returning * into v_task;
-  perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
 
   if v_step.when_exhausted = 'fail' then
     update pgflow.step_states as ss
@@ -1409,11 +1532,11 @@ begin
     else
       perform pgflow._skip_step_cascade(run_id, step_slug, 'handler_failed', error_message);
     end if;
-    if pgflow._advance_run(run_id) then
-      perform pgflow._maybe_complete_run(run_id);
-    end if;
+    perform pgflow._advance_run(run_id);
   end if;
 
+  -- Last: PGMQ rows are only touched after every task row this call needs is locked.
+  perform pgmq.archive(v_task.queue_name, v_task.message_id);
   return next v_task;
 end;
 $$;
@@ -1421,6 +1544,7 @@ $$;
 -- Recovers tasks whose worker vanished: a task started longer ago than its effective timeout + 30 s
 -- (in a started run and step) is queued again and its message made visible, at most 3 times;
 -- after that it is parked (permanently_stalled_at) and its message archived. Skips locked tasks.
+-- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
 create function pgflow.requeue_stalled_tasks()
 returns int
 language plpgsql
@@ -1469,6 +1593,8 @@ begin
     perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
   end loop;
   perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
+  -- Periodic maintenance is also where idle queues get their completed messages archived.
+  perform pgflow.archive_completed_messages();
   return coalesce(cardinality(v_requeue_messages), 0);
 end;
 $$;
@@ -1493,6 +1619,8 @@ begin
   if retention is null or retention < interval '0' then
     raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
   end if;
+
+  perform pgflow.archive_completed_messages();
 
   select array_agg(r.run_id) into v_runs
   from pgflow.runs as r

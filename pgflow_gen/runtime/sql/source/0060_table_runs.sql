@@ -11,11 +11,8 @@ create table pgflow.runs (
   completed_at timestamptz,
   failed_at timestamptz,
   constraint status_is_known check (status in ('started', 'completed', 'failed')),
-  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
-  constraint completed_at_is_after_started_at check (completed_at is null or completed_at >= started_at),
-  constraint failed_at_is_after_started_at check (failed_at is null or failed_at >= started_at),
-  constraint completed_and_failed_are_exclusive check (completed_at is null or failed_at is null)
-);
+  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
+) with (fillfactor = 80);
 
 create index runs_flow_slug_idx on pgflow.runs (flow_slug);
 create index runs_status_idx on pgflow.runs (status);

@@ -1,5 +1,6 @@
--- Fails a started run: every queued or started task becomes cancelled and its message is archived,
--- so late callbacks and stale messages change nothing. The caller holds the run row lock.
+-- Fails a started run: every queued or started task becomes cancelled (rows locked in key order)
+-- and then its message is archived, so late callbacks and stale messages change nothing.
+-- The caller holds the run row lock.
 create function pgflow._fail_run(run_id uuid)
 returns void
 language plpgsql
@@ -16,9 +17,18 @@ begin
     return;
   end if;
 
-  with cancelled as (
-    update pgflow.step_tasks as t set status = 'cancelled'
+  with locked as (
+    select t.step_slug, t.task_index
+    from pgflow.step_tasks as t
     where t.run_id = _fail_run.run_id and t.status in ('queued', 'started')
+    order by t.step_slug, t.task_index
+    for update
+  ),
+  cancelled as (
+    update pgflow.step_tasks as t set status = 'cancelled'
+    from locked
+    where t.run_id = _fail_run.run_id and t.step_slug = locked.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
     returning t.queue_name, t.message_id
   )
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_messages from cancelled as c;

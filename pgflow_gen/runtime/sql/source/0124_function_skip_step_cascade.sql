@@ -1,5 +1,6 @@
 -- Skips a step and every step downstream of it (skip-cascade): the step gets skip_reason, its
--- descendants dependency_skipped; their unfinished tasks become skipped, messages archived.
+-- descendants dependency_skipped; their unfinished tasks become skipped (rows locked in key order),
+-- then their messages are archived.
 -- Returns how many steps it skipped (0 when already done). Caller holds the run lock.
 create function pgflow._skip_step_cascade(run_id uuid, step_slug text, skip_reason text, error_message text)
 returns int
@@ -40,10 +41,19 @@ begin
     return 0;
   end if;
 
-  with skipped_tasks as (
-    update pgflow.step_tasks as t set status = 'skipped'
+  with locked as (
+    select t.step_slug, t.task_index
+    from pgflow.step_tasks as t
     where t.run_id = _skip_step_cascade.run_id and t.step_slug = any (v_skipped)
       and t.status in ('queued', 'started')
+    order by t.step_slug, t.task_index
+    for update
+  ),
+  skipped_tasks as (
+    update pgflow.step_tasks as t set status = 'skipped'
+    from locked
+    where t.run_id = _skip_step_cascade.run_id and t.step_slug = locked.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
     returning t.queue_name, t.message_id
   )
   select array_agg(s.queue_name), array_agg(s.message_id) into v_queues, v_messages from skipped_tasks as s;

@@ -1,6 +1,7 @@
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
--- evaluates its condition once, then skips it, fails the run, completes it at once when it has
--- no tasks, or starts it (tasks + one message each). Repeats until no step is ready.
+-- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
+-- tasks, or starts it (tasks + one message each). Skips and instant completions can ready more
+-- steps, so it repeats until a pass changes nothing but starts; then it completes a finished run.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -11,65 +12,69 @@ as $$
 declare
   v_step record;
   v_target jsonb;
+  v_again boolean := true;
 begin
-  loop
-    select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
-      s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input
-    into v_step
-    from pgflow.step_states as ss
-    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-    join pgflow.runs as r on r.run_id = ss.run_id
-    where ss.run_id = _advance_run.run_id and ss.status = 'created' and ss.remaining_deps = 0
-    order by s.step_index
-    limit 1;
-    exit when not found;
-
-    -- GUARD: conditions are evaluated once, now that the step is ready.
-    if v_step.required_input_pattern is not null or v_step.forbidden_input_pattern is not null then
-      if v_step.deps_count = 0 then
-        v_target := v_step.input;
-      else
-        select coalesce(jsonb_object_agg(d.dep_slug, dep.output), '{}') into v_target
-        from pgflow.deps as d
-        join pgflow.step_states as dep on dep.run_id = _advance_run.run_id and dep.step_slug = d.dep_slug
-        where d.flow_slug = v_step.flow_slug and d.step_slug = v_step.step_slug and dep.status = 'completed';
-      end if;
-      if not ((v_step.required_input_pattern is null or v_target @> v_step.required_input_pattern)
-        and (v_step.forbidden_input_pattern is null or not v_target @> v_step.forbidden_input_pattern)) then
-        if v_step.when_unmet = 'fail' then
-          update pgflow.step_states as ss
-          set status = 'failed', error_message = 'Condition not met', failed_at = clock_timestamp()
-          where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug;
-          perform pgflow._emit_event(run_id, 'step:failed', v_step.step_slug, 'failed');
-          perform pgflow._fail_run(run_id);
-          return false;
-        elsif v_step.when_unmet = 'skip' then
-          perform pgflow._skip_step(run_id, v_step.step_slug, 'condition_unmet', null);
+  while v_again loop
+    v_again := false;
+    for v_step in
+      select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
+        s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input
+      from pgflow.step_states as ss
+      join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+      join pgflow.runs as r on r.run_id = ss.run_id
+      where ss.run_id = _advance_run.run_id and ss.status = 'created' and ss.remaining_deps = 0
+      order by s.step_index
+    loop
+      -- GUARD: conditions are evaluated once, now that the step is ready.
+      if v_step.required_input_pattern is not null or v_step.forbidden_input_pattern is not null then
+        if v_step.deps_count = 0 then
+          v_target := v_step.input;
         else
-          perform pgflow._skip_step_cascade(run_id, v_step.step_slug, 'condition_unmet', null);
+          select coalesce(jsonb_object_agg(d.dep_slug, dep.output), '{}') into v_target
+          from pgflow.deps as d
+          join pgflow.step_states as dep on dep.run_id = _advance_run.run_id and dep.step_slug = d.dep_slug
+          where d.flow_slug = v_step.flow_slug and d.step_slug = v_step.step_slug
+            and dep.status = 'completed';
         end if;
+        if not ((v_step.required_input_pattern is null or v_target @> v_step.required_input_pattern)
+          and (v_step.forbidden_input_pattern is null or not v_target @> v_step.forbidden_input_pattern)) then
+          if v_step.when_unmet = 'fail' then
+            update pgflow.step_states as ss
+            set status = 'failed', error_message = 'Condition not met', failed_at = clock_timestamp()
+            where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug
+              and ss.status = 'created';
+            continue when not found;
+            perform pgflow._emit_event(run_id, 'step:failed', v_step.step_slug, 'failed');
+            perform pgflow._fail_run(run_id);
+            return false;
+          elsif v_step.when_unmet = 'skip' then
+            v_again := pgflow._skip_step(run_id, v_step.step_slug, 'condition_unmet', null) or v_again;
+          else
+            v_again := pgflow._skip_step_cascade(run_id, v_step.step_slug, 'condition_unmet', null) > 0
+              or v_again;
+          end if;
+          continue;
+        end if;
+      end if;
+
+      if v_step.initial_tasks = 0 then
+        v_again := pgflow._complete_step(run_id, v_step.step_slug,
+          case when v_step.step_type = 'map' then '[]'::jsonb end) or v_again;
         continue;
       end if;
-    end if;
 
-    if v_step.initial_tasks = 0 then
-      perform pgflow._complete_step(run_id, v_step.step_slug,
-        case when v_step.step_type = 'map' then '[]'::jsonb end);
-      continue;
-    end if;
-
-    update pgflow.step_states as ss
-    set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
-    where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug;
-
-    insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
-    select _advance_run.run_id, v_step.flow_slug, v_step.step_slug, m.task_index, m.message_id, v_step.queue_name
-    from pgflow._send_task_messages(
-      v_step.queue_name, v_step.flow_slug, run_id, v_step.step_slug,
-      v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0)
-    ) as m;
-    perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+      -- GUARD: a skip-cascade earlier in this pass may have closed the step already.
+      update pgflow.step_states as ss
+      set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
+      where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug and ss.status = 'created';
+      continue when not found;
+      perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
+        v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
+      perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+    end loop;
   end loop;
+
+  perform pgflow._maybe_complete_run(run_id);
   return true;
 end;
 $$;

@@ -1,6 +1,6 @@
 -- Starts a run: one step state per step, then every ready step moves forward at once (conditions,
 -- empty maps, first messages). A flow with a root map needs an array input. Returns the run.
--- Locks the new run row; callers may pass their own run_id for idempotent starts.
+-- Holds the flow's definition lock shared, so the definition cannot change while it is read.
 create function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
 returns setof pgflow.runs
 language plpgsql
@@ -12,6 +12,7 @@ declare
   v_root_map text;
   v_input_length int;
 begin
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
@@ -46,9 +47,7 @@ begin
   where s.flow_slug = start_flow.flow_slug;
 
   perform pgflow._emit_event(v_run_id, 'run:started', null, 'started');
-  if pgflow._advance_run(v_run_id) then
-    perform pgflow._maybe_complete_run(v_run_id);
-  end if;
+  perform pgflow._advance_run(v_run_id);
 
   return query select * from pgflow.runs as r where r.run_id = v_run_id;
 end;

@@ -1,6 +1,8 @@
 -- Phase two of a claim: of the messages a worker read from queue_name, claims the queued tasks of
 -- this flow whose run and step are started, extends each message's visibility to the step's
--- timeout + 2 s, and returns the tasks with their inputs. Locks task rows, then PGMQ rows.
+-- timeout + 2 s, and returns the tasks with their inputs. Task rows locked by someone else are
+-- skipped (their message comes back later), so a claim never waits; then PGMQ rows are locked.
+-- First it archives the queue's batch of completed tasks' messages.
 create function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text)
 returns setof pgflow.step_task_record
 language plpgsql
@@ -8,6 +10,7 @@ volatile
 set search_path = ''
 as $$
 declare
+  v_queue text := lower(queue_name);
   v_run_ids uuid[];
   v_step_slugs text[];
   v_task_indexes int[];
@@ -21,21 +24,33 @@ begin
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
   end if;
+  if not exists (select 1 from pgflow.workers as w where w.worker_id = start_tasks.worker_id) then
+    raise exception 'Worker % is not registered.', worker_id
+      using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  perform pgflow.archive_completed_messages(v_queue);
 
   -- GUARD: only queued tasks of started runs and steps; the task row lock decides races.
-  with claimed as (
+  with candidates as (
+    select t.run_id, t.step_slug, t.task_index, coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    from pgflow.step_tasks as t
+    join pgflow.runs as r on r.run_id = t.run_id
+    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join pgflow.flows as f on f.flow_slug = t.flow_slug
+    where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
+      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
+      and r.status = 'started' and ss.status = 'started'
+    order by t.run_id, t.step_slug, t.task_index
+    for update of t skip locked
+  ),
+  claimed as (
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
-    from pgflow.runs as r, pgflow.step_states as ss, pgflow.steps as s, pgflow.flows as f
-    where t.queue_name = start_tasks.queue_name and t.message_id = any (start_tasks.msg_ids)
-      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
-      and r.run_id = t.run_id and r.status = 'started'
-      and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
-      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      and f.flow_slug = t.flow_slug
-    returning t.run_id, t.step_slug, t.task_index, t.message_id,
-      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    from candidates as c
+    where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+    returning t.run_id, t.step_slug, t.task_index, t.message_id, c.vt_offset
   )
   select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
     array_agg(c.message_id), array_agg(c.vt_offset)
@@ -46,10 +61,10 @@ begin
   end if;
 
   -- GUARD: the lease must be in place before any task is returned, or the claim is undone.
-  select count(*) into v_visible_set from pgflow.set_vt_batch(queue_name, v_message_ids, v_offsets);
+  select count(*) into v_visible_set from pgflow.set_vt_batch(v_queue, v_message_ids, v_offsets);
   if v_visible_set <> cardinality(v_message_ids) then
     raise exception 'start_tasks: % of % claimed messages are missing from queue "%".',
-      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), queue_name
+      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), v_queue
       using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
   end if;
 

@@ -1,6 +1,8 @@
 -- A worker reports a task's output. The last task of a step completes the step (a map's output
 -- is its task outputs in task order), which readies children and may complete the run.
--- Late callbacks (run finished, task not started) change nothing. Locks run, step state, task, PGMQ.
+-- Late callbacks (run finished, step closed, task not started) change nothing.
+-- Locks run, step state and task (in that order, in one statement); its message is archived in a
+-- later batch (pgflow.archivable_messages), so the hot path touches no PGMQ row but the next one's.
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -8,43 +10,45 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_run_status text;
+  v_locked record;
+  v_step_type text;
   v_task pgflow.step_tasks;
-  v_step record;
   v_child text;
   v_remaining int;
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
-  select r.status into v_run_status from pgflow.runs as r where r.run_id = complete_task.run_id for update;
-  if not found then
-    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
-  end if;
-  select ss.status, s.step_type into v_step
-  from pgflow.step_states as ss
+  select r.status as run_status, ss.status as step_status, s.step_type, t as task
+  into v_locked
+  from pgflow.runs as r
+  join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = complete_task.step_slug
   join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
-  for update of ss;
-  select * into v_task from pgflow.step_tasks as t
-  where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-    and t.task_index = complete_task.task_index
-  for update;
+  join pgflow.step_tasks as t
+    on t.run_id = r.run_id and t.step_slug = ss.step_slug and t.task_index = complete_task.task_index
+  where r.run_id = complete_task.run_id
+  for update of r, ss, t;
   if not found then
+    if not exists (select 1 from pgflow.runs as r where r.run_id = complete_task.run_id) then
+      raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+    end if;
     raise exception 'Task % of step "%" in run % does not exist.', task_index, step_slug, run_id
       using errcode = 'P0002';
   end if;
+  v_task := v_locked.task;
+  v_step_type := v_locked.step_type;
 
   -- GUARD: late callbacks are no-ops.
-  if v_run_status <> 'started' or v_task.status <> 'started' or v_step.status <> 'started' then
+  if v_locked.run_status <> 'started' or v_locked.step_status <> 'started' or v_task.status <> 'started' then
     return next v_task;
     return;
   end if;
 
   -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
-  if v_step.step_type = 'single' and v_output_type <> 'array' then
+  if v_step_type = 'single' and v_output_type <> 'array' then
     select d.step_slug into v_child
     from pgflow.deps as d
     join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug and child.step_type = 'map'
+    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug
+      and child.step_type = 'map'
     order by child.step_index
     limit 1;
     if v_child is not null then
@@ -59,9 +63,9 @@ begin
         error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
           v_child, complete_task.step_slug, v_output_type)
       where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
-      perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
       perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
       perform pgflow._fail_run(run_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
       return next v_task;
       return;
     end if;
@@ -72,7 +76,6 @@ begin
   where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
     and t.task_index = complete_task.task_index
   returning * into v_task;
-  perform pgflow._archive_messages(v_task.queue_name, array[v_task.message_id]);
 
   update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
   where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
@@ -80,16 +83,18 @@ begin
 
   if v_remaining = 0 then
     perform pgflow._complete_step(run_id, step_slug,
-      case when v_step.step_type = 'map' then (
+      case when v_step_type = 'map' then (
         select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
         from pgflow.step_tasks as t
         where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
       ) else output end);
-    if pgflow._advance_run(run_id) then
-      perform pgflow._maybe_complete_run(run_id);
-    end if;
+    perform pgflow._advance_run(run_id);
   end if;
 
+  -- The message is archived later, in a batch (see pgflow.archivable_messages).
+  insert into pgflow.archivable_messages (queue_name, message_id)
+  values (v_task.queue_name, v_task.message_id)
+  on conflict do nothing;
   return next v_task;
 end;
 $$;

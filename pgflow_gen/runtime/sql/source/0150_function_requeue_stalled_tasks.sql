@@ -1,6 +1,7 @@
 -- Recovers tasks whose worker vanished: a task started longer ago than its effective timeout + 30 s
 -- (in a started run and step) is queued again and its message made visible, at most 3 times;
 -- after that it is parked (permanently_stalled_at) and its message archived. Skips locked tasks.
+-- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
 create function pgflow.requeue_stalled_tasks()
 returns int
 language plpgsql
@@ -49,6 +50,8 @@ begin
     perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
   end loop;
   perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
+  -- Periodic maintenance is also where idle queues get their completed messages archived.
+  perform pgflow.archive_completed_messages();
   return coalesce(cardinality(v_requeue_messages), 0);
 end;
 $$;

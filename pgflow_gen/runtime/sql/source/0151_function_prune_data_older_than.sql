@@ -19,6 +19,8 @@ begin
     raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
   end if;
 
+  perform pgflow.archive_completed_messages();
+
   select array_agg(r.run_id) into v_runs
   from pgflow.runs as r
   where (r.status = 'completed' and r.completed_at < v_cutoff)

@@ -1,0 +1,179 @@
+"""Engine throughput next to raw PGMQ, measured in the same run on the same server.
+
+Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one worker): read a
+batch from the flow queue, claim it with start_tasks, complete each task with complete_task, for
+RUNS runs of a 3-step sequential flow started beforehand (3 * RUNS tasks). Every call is its own
+autocommit transaction, as a real worker's. Prints tasks/s, msg/s and their ratio per batch size.
+
+    .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3] [--batch 1 10 50]
+
+Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
+settings of the anchor figures), or PGFLOW_BENCH_DATABASE_URL (a role that may create databases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
+
+from pgflow_gen.runtime import embedded, migrations
+
+FLOW = "benchChain"
+QUEUE = FLOW.lower()
+WORKER_ID = uuid.uuid4()
+
+
+@contextmanager
+def server() -> Iterator[str]:
+    external = os.environ.get("PGFLOW_BENCH_DATABASE_URL")
+    if external:
+        yield external
+        return
+    base = Path(tempfile.mkdtemp(prefix="pgflow-bench-"))
+    instance = embedded.EmbeddedServer(base, embedded.default_bin_dir(), fast=True, local=False)
+    try:
+        yield instance.ensure_started()
+    finally:
+        instance.destroy()
+
+
+@contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    name = f"pgflow_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(admin_url)
+    params["dbname"] = name
+    try:
+        yield make_conninfo("", **params)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
+
+
+def raw_pgmq(url: str, total: int, batch: int) -> float:
+    """Messages per second of send + read + archive in batches of `batch`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.ensure_pgmq(conn)
+        conn.execute("select pgmq.create('raw')")
+        payload = [
+            Jsonb(
+                {"flow_slug": FLOW, "run_id": str(uuid.uuid4()), "step_slug": "s", "task_index": 0}
+            )
+        ] * batch
+        done = 0
+        started = time.perf_counter()
+        while done < total:
+            conn.execute("select pgmq.send_batch('raw', %s::jsonb[])", (payload,))
+            ids = [
+                r[0] for r in conn.execute("select msg_id from pgmq.read('raw', 30, %s)", (batch,))
+            ]
+            conn.execute("select pgmq.archive('raw', %s::bigint[])", (ids,))
+            done += len(ids)
+        return done / (time.perf_counter() - started)
+
+
+def engine(url: str, runs: int, batch: int) -> tuple[float, float]:
+    """(tasks per second of read + start_tasks + complete_task, runs started per second)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.migrate(conn)
+        conn.execute("select pgflow.create_flow(%s)", (FLOW,))
+        previous: list[str] = []
+        for step in ("one", "two", "three"):
+            conn.execute("select pgflow.add_step(%s, %s, %s)", (FLOW, step, previous))
+            previous = [step]
+        conn.execute("select pgflow.register_worker(%s, %s, 'bench')", (WORKER_ID, QUEUE))
+
+        started = time.perf_counter()
+        for i in range(runs):
+            conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+        start_rate = runs / (time.perf_counter() - started)
+
+        output = Jsonb({"ok": True})
+        total = 3 * runs
+        done = 0
+        started = time.perf_counter()
+        while done < total:
+            ids = [
+                r[0]
+                for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (QUEUE, batch))
+            ]
+            tasks = conn.execute(
+                "select run_id, step_slug, task_index from pgflow.start_tasks(%s, %s, %s, %s)",
+                (FLOW, ids, WORKER_ID, QUEUE),
+            ).fetchall()
+            for run_id, step_slug, task_index in tasks:
+                conn.execute(
+                    "select 1 from pgflow.complete_task(%s, %s, %s, %s)",
+                    (run_id, step_slug, task_index, output),
+                )
+            done += len(tasks)
+        elapsed = time.perf_counter() - started
+        completed = conn.execute(
+            "select count(*) from pgflow.runs where status = 'completed'"
+        ).fetchone()
+        assert completed == (runs,), f"only {completed} of {runs} runs completed"
+        return total / elapsed, start_rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--runs", type=int, default=2000, help="runs of the 3-step flow (default 2000)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="measurements per figure; the median is shown"
+    )
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 10, 50])
+    args = parser.parse_args(argv)
+
+    results: dict[int, dict[str, Any]] = {}
+    with server() as admin_url:
+        with psycopg.connect(admin_url) as conn:
+            version = conn.execute("show server_version").fetchone()
+        print(
+            f"PostgreSQL {version[0] if version else '?'}, PGMQ {migrations.pgmq_sql()[1]}, "
+            f"{args.runs} runs x 3 steps, median of {args.repeat}",
+            flush=True,
+        )
+        for batch in args.batch:
+            raw, eng, starts = [], [], []
+            for _ in range(args.repeat):
+                with fresh_database(admin_url) as url:
+                    raw.append(raw_pgmq(url, 3 * args.runs, batch))
+                with fresh_database(admin_url) as url:
+                    tasks_per_s, start_rate = engine(url, args.runs, batch)
+                    eng.append(tasks_per_s)
+                    starts.append(start_rate)
+            results[batch] = {
+                "raw": statistics.median(raw),
+                "engine": statistics.median(eng),
+                "starts": statistics.median(starts),
+            }
+            r = results[batch]
+            print(
+                f"batch {batch:>3}: raw PGMQ {r['raw']:>8,.0f} msg/s | engine {r['engine']:>8,.0f} "
+                f"tasks/s | ratio {r['engine'] / r['raw']:6.1%} | start_flow {r['starts']:>6,.0f} runs/s",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
