@@ -1,5 +1,6 @@
 """Test harness: one PostgreSQL server per session, a migrated template database, and a fresh
-database per test cloned from it (STRATEGY FILE_COPY, tens of milliseconds).
+database per test cloned from it (STRATEGY WAL_LOG: about 25 ms here, where FILE_COPY
+forces a checkpoint per clone and takes about 170 ms).
 
 The server is the embedded wheel's unless `PGFLOW_TEST_DATABASE_URL` names an external one (its
 user must be allowed to create databases); `PGFLOW_TEST_PG_BIN` runs the embedded-style server
@@ -66,7 +67,7 @@ def create_database(admin: str, name: str, template: str | None = None) -> str:
     with psycopg.connect(admin, autocommit=True) as conn:
         statement = sql.SQL("create database {}").format(sql.Identifier(name))
         if template is not None:
-            statement += sql.SQL(" template {} strategy file_copy").format(sql.Identifier(template))
+            statement += sql.SQL(" template {} strategy wal_log").format(sql.Identifier(template))
         conn.execute(statement)
     return with_dbname(admin, name)
 

@@ -124,3 +124,9 @@ def test_rejects_unknown_modes_and_out_of_range_options(
     with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
         engine.call("add_step", flow, "a", **{option: value})
     assert engine.value("select count(*) from pgflow.steps") == 0
+
+
+def test_rejects_a_null_dependency(engine: Engine, flow: str) -> None:
+    engine.call("add_step", flow, "a")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="NULL dependency"):
+        engine.call("add_step", flow, "b", deps_slugs=["a", None])

@@ -152,3 +152,20 @@ def test_an_invalid_step_leaves_no_partial_definition(engine: Engine) -> None:
         ensure(engine, shape)
     assert engine.value("select count(*) from pgflow.flows") == 0
     assert engine.value("select count(*) from pgmq.meta") == 0
+
+
+def test_rejects_a_shape_with_a_duplicate_step(engine: Engine) -> None:
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match='step "a" appears more than once'
+    ):
+        ensure(engine, {"steps": [step("a"), step("a")]})
+
+
+@pytest.mark.parametrize("value", ["abc", 1.5, None, True])
+def test_rejects_options_that_are_not_whole_numbers(engine: Engine, value: Any) -> None:
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match='option "timeout" must be a whole'
+    ):
+        ensure(engine, {"steps": [step("a", options={"timeout": value})]})
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="must be a whole number"):
+        ensure(engine, {"steps": [step("a")], "options": {"timeout": value}})

@@ -84,3 +84,17 @@ def test_a_late_completion_of_a_requeued_task_changes_nothing(engine: Engine) ->
     engine.backdate_started(run_id, "slow", 41)
     engine.value("select pgflow.requeue_stalled_tasks()")
     assert engine.complete(tasks["slow"], "late")["status"] == "queued"
+
+
+def test_a_late_failure_of_a_parked_task_is_final(engine: Engine) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10, "max_attempts": 9})
+    run_id = engine.start("stall")
+    tasks = []
+    for _ in range(4):
+        tasks += engine.poll("stall")
+        engine.backdate_started(run_id, "slow", 41)
+        engine.value("select pgflow.requeue_stalled_tasks()")
+    assert engine.task(run_id, "slow")["permanently_stalled_at"] is not None
+    row = engine.fail(tasks[-1], "gave up late")
+    assert row["status"] == "failed"
+    assert engine.run(run_id)["status"] == "failed"

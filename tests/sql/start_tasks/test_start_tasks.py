@@ -138,3 +138,38 @@ def test_claims_each_task_of_a_batch_with_its_own_input(engine: Engine) -> None:
     tasks = engine.poll("fan")
     assert sorted(t.step_slug for t in tasks) == ["a", "b", "c"]
     assert all(t.flow_input == {"n": 1} for t in tasks)
+
+
+def test_rejects_a_worker_that_is_not_registered(engine: Engine) -> None:
+    engine.flow("solo", {"slug": "only"})
+    engine.start("solo")
+    [message] = engine.queued_messages("solo")
+    with pytest.raises(psycopg.errors.NoDataFound, match="is not registered"):
+        engine.conn.execute(
+            "select * from pgflow.start_tasks('solo', %s, gen_random_uuid(), 'solo')",
+            ([message["msg_id"]],),
+        )
+
+
+def test_accepts_the_queue_name_in_any_case(engine: Engine) -> None:
+    engine.flow("Solo", {"slug": "only"})
+    engine.start("Solo")
+    [message] = engine.queued_messages("solo")
+    assert len(engine.claim("Solo", [message["msg_id"]], queue="Solo")) == 1
+
+
+def test_skips_a_task_locked_by_another_transaction_without_waiting(
+    engine: Engine, db_url: str
+) -> None:
+    engine.flow("pair", {"slug": "a"}, {"slug": "b"})
+    run_id = engine.start("pair")
+    ids = [m["msg_id"] for m in engine.queued_messages("pair")]
+    with psycopg.connect(db_url) as other:
+        other.execute(
+            "select 1 from pgflow.step_tasks where run_id = %s and step_slug = 'a' for update",
+            (run_id,),
+        )
+        claimed = engine.claim("pair", ids)
+        other.rollback()
+    assert [t.step_slug for t in claimed] == ["b"]
+    assert engine.task(run_id, "a")["status"] == "queued"

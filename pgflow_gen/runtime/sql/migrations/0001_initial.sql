@@ -197,8 +197,8 @@ create table pgflow.step_tasks (
   constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed'))
 ) with (fillfactor = 80);
 
-create unique index step_tasks_queue_message_idx on pgflow.step_tasks (queue_name, message_id)
-  where message_id is not null;
+-- Unique per queue; message_id leads so that claims (message_id = any (...)) use it directly.
+create unique index step_tasks_message_queue_idx on pgflow.step_tasks (message_id, queue_name);
 
 -- Messages of completed tasks, waiting to be archived in batches: complete_task records its
 -- message here (a cheap insert) instead of one PGMQ archive call per task. The message stays
@@ -283,7 +283,8 @@ begin
       update pgmq.%I as q
       set vt = clock_timestamp() + make_interval(secs => v.vt_offset)
       from unnest($1, $2) as v (msg_id, vt_offset)
-      where q.msg_id = v.msg_id
+      -- The redundant "= any" lets the planner use the queue's primary key instead of a scan.
+      where q.msg_id = v.msg_id and q.msg_id = any ($1)
       returning q.msg_id, q.vt
     $q$,
     'q_' || lower(queue_name)
@@ -363,7 +364,7 @@ $$;
 
 -- Archives the recorded messages of completed tasks, one pgmq.archive call per queue (one queue,
 -- or all when queue_name is null). Returns how many it archived. Touches no task rows.
--- Called by start_tasks, requeue_stalled_tasks and prune_data_older_than.
+-- Called by start_tasks (its queue), requeue_stalled_tasks and prune_data_older_than (all queues).
 create function pgflow.archive_completed_messages(queue_name text default null)
 returns int
 language plpgsql
@@ -371,20 +372,30 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_queues text[];
+  v_queue text;
   v_messages bigint[];
+  v_total int := 0;
 begin
+  for v_queue in
+    select distinct m.queue_name from pgflow.archivable_messages as m
+    where archive_completed_messages.queue_name is null
+  loop
+    v_total := v_total + pgflow.archive_completed_messages(v_queue);
+  end loop;
+  if archive_completed_messages.queue_name is null then
+    return v_total;
+  end if;
+
   with drained as (
     delete from pgflow.archivable_messages as m
-    where archive_completed_messages.queue_name is null
-       or m.queue_name = archive_completed_messages.queue_name
-    returning m.queue_name, m.message_id
+    where m.queue_name = archive_completed_messages.queue_name
+    returning m.message_id
   )
-  select array_agg(d.queue_name), array_agg(d.message_id) into v_queues, v_messages from drained as d;
+  select array_agg(d.message_id) into v_messages from drained as d;
   if v_messages is null then
     return 0;
   end if;
-  perform pgflow._archive_task_messages(v_queues, v_messages);
+  perform pgmq.archive(queue_name, v_messages);
   return cardinality(v_messages);
 end;
 $$;
@@ -512,6 +523,10 @@ begin
         detail = format('max_attempts=%s, base_delay=%s, timeout=%s, start_delay=%s',
           max_attempts, base_delay, timeout, start_delay),
         hint = 'max_attempts must be at least 1, base_delay and start_delay at least 0, timeout at least 1.';
+  end if;
+  if array_position(v_deps, null) is not null then
+    raise exception 'Step "%" lists a NULL dependency.', step_slug
+      using errcode = '22023', hint = 'List the slugs of the steps it depends on.';
   end if;
   if step_slug = any (v_deps) then
     raise exception 'Step "%" cannot depend on itself.', step_slug using errcode = '22023';
@@ -721,6 +736,8 @@ as $$
 declare
   v_step jsonb;
   v_index int := 0;
+  v_duplicate text;
+  v_option record;
 begin
   if jsonb_typeof(shape) is distinct from 'object' or jsonb_typeof(shape -> 'steps') is distinct from 'array' then
     raise exception 'Invalid flow shape: expected an object with a "steps" array.'
@@ -736,6 +753,28 @@ begin
         using errcode = '22023';
     end if;
     v_index := v_index + 1;
+  end loop;
+
+  select s.value ->> 'slug' into v_duplicate
+  from jsonb_array_elements(shape -> 'steps') as s
+  group by s.value ->> 'slug' having count(*) > 1
+  limit 1;
+  if v_duplicate is not null then
+    raise exception 'Invalid flow shape: step "%" appears more than once.', v_duplicate
+      using errcode = '22023';
+  end if;
+
+  -- Options must be whole numbers (flow options, then each step's).
+  for v_option in
+    select o.key, o.value from jsonb_each(coalesce(shape -> 'options', '{}')) as o
+    union all
+    select o.key, o.value
+    from jsonb_array_elements(shape -> 'steps') as s, jsonb_each(coalesce(s.value -> 'options', '{}')) as o
+  loop
+    if jsonb_typeof(v_option.value) <> 'number' or v_option.value::text !~ '^-?[0-9]+$' then
+      raise exception 'Invalid flow shape: option "%" must be a whole number, got %.', v_option.key, v_option.value
+        using errcode = '22023';
+    end if;
   end loop;
 end;
 $$;
@@ -769,9 +808,10 @@ as $$
   from jsonb_array_elements(shape -> 'steps') with ordinality as s
 $$;
 
--- Deletes a flow's definition and all its runtime data, and drops its queues unless another flow
--- still routes to them (version 1 lets "Foo" and "foo" share the queue "foo").
--- Takes the flow's definition lock; does nothing when the flow does not exist.
+-- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
+-- and drops its queues unless another flow still routes to them (version 1 lets "Foo" and "foo"
+-- share the queue "foo"). Takes the flow's definition lock, then its runs' row locks; does nothing
+-- when the flow does not exist.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
@@ -781,6 +821,8 @@ as $$
 declare
   v_queues text[];
   v_queue text;
+  v_active_queues text[];
+  v_active_messages bigint[];
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
@@ -791,6 +833,24 @@ begin
   from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
   v_queues := array(select distinct q from unnest(coalesce(v_queues, '{}') || lower(flow_slug)) as q);
 
+  -- Same lock order as the task callbacks: runs first (in key order), then their rows.
+  perform 1 from pgflow.runs as r
+  where r.flow_slug = delete_flow_and_data.flow_slug
+  order by r.run_id
+  for update;
+
+  -- Messages of unfinished tasks go too: a queue shared with another flow survives this deletion.
+  with active as (
+    select t.queue_name, t.message_id from pgflow.step_tasks as t
+    where t.flow_slug = delete_flow_and_data.flow_slug and t.status in ('queued', 'started')
+  )
+  select array_agg(a.queue_name), array_agg(a.message_id) into v_active_queues, v_active_messages
+  from active as a;
+  perform pgflow._archive_task_messages(v_active_queues, v_active_messages);
+
+  foreach v_queue in array v_queues loop
+    perform pgflow.archive_completed_messages(v_queue);
+  end loop;
   delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.step_states as s where s.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
@@ -908,8 +968,9 @@ end;
 $$;
 
 -- Marks a created or started step completed with its output, counts it off the run, and tells each
--- waiting child that one dependency finished; a dependent map learns its task count from the array
--- length. Returns false when the step was no longer open. Caller holds the run row lock.
+-- waiting child that one dependency finished (a dependent map, whose initial_tasks is still null,
+-- learns its task count from the array length). Returns true when the run may move on: a child
+-- became ready or no step remains. Caller holds the run row lock.
 -- Called by complete_task (last task) and _advance_run (steps without tasks).
 create function pgflow._complete_step(run_id uuid, step_slug text, output jsonb)
 returns boolean
@@ -921,8 +982,8 @@ declare
   -- Computed here, not inline: the planner folds functions of parameters even in CASE branches.
   v_array_length int := case when jsonb_typeof(output) = 'array' then jsonb_array_length(output) end;
   v_flow_slug text;
-  v_children text[];
-  v_child_is_map boolean[];
+  v_ready_children int;
+  v_remaining_steps int;
 begin
   update pgflow.step_states as ss
   set status = 'completed', output = _complete_step.output, remaining_tasks = 0,
@@ -935,23 +996,23 @@ begin
   end if;
   perform pgflow._emit_event(run_id, 'step:completed', step_slug, 'completed');
 
-  -- Children are looked up first, so the update below uses the (run_id, step_slug) key.
-  select array_agg(d.step_slug), array_agg(child.step_type = 'map') into v_children, v_child_is_map
-  from pgflow.deps as d
-  join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-  where d.flow_slug = v_flow_slug and d.dep_slug = _complete_step.step_slug;
-
-  if v_children is not null then
+  -- The children's slugs come from an array subquery, so the update uses the (run_id, step_slug) key.
+  with children as (
     update pgflow.step_states as ss
-    set remaining_deps = ss.remaining_deps - 1,
-      initial_tasks = case when c.is_map and ss.initial_tasks is null then v_array_length else ss.initial_tasks end
-    from unnest(v_children, v_child_is_map) as c (step_slug, is_map)
-    where ss.run_id = _complete_step.run_id and ss.step_slug = c.step_slug and ss.status = 'created';
-  end if;
+    set remaining_deps = ss.remaining_deps - 1, initial_tasks = coalesce(ss.initial_tasks, v_array_length)
+    where ss.run_id = _complete_step.run_id and ss.status = 'created'
+      and ss.step_slug = any (array(
+        select d.step_slug from pgflow.deps as d
+        where d.flow_slug = v_flow_slug and d.dep_slug = _complete_step.step_slug
+      ))
+    returning ss.remaining_deps
+  )
+  select count(*) filter (where c.remaining_deps = 0) into v_ready_children from children as c;
 
   update pgflow.runs as r set remaining_steps = r.remaining_steps - 1
-  where r.run_id = _complete_step.run_id;
-  return true;
+  where r.run_id = _complete_step.run_id
+  returning r.remaining_steps into v_remaining_steps;
+  return v_ready_children > 0 or v_remaining_steps = 0;
 end;
 $$;
 
@@ -969,8 +1030,6 @@ declare
   v_queues text[];
   v_messages bigint[];
   v_flow_slug text;
-  v_children text[];
-  v_child_is_map boolean[];
 begin
   update pgflow.step_states as ss
   set status = 'skipped', skip_reason = _skip_step.skip_reason, error_message = _skip_step.error_message,
@@ -1001,19 +1060,16 @@ begin
   perform pgflow._archive_task_messages(v_queues, v_messages);
   perform pgflow._emit_event(run_id, 'step:skipped', step_slug, 'skipped');
 
-  -- Children are looked up first, so the update below uses the (run_id, step_slug) key.
-  select array_agg(d.step_slug), array_agg(child.step_type = 'map') into v_children, v_child_is_map
-  from pgflow.deps as d
-  join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-  where d.flow_slug = v_flow_slug and d.dep_slug = _skip_step.step_slug;
-
-  if v_children is not null then
-    update pgflow.step_states as ss
-    set remaining_deps = ss.remaining_deps - 1,
-      initial_tasks = case when c.is_map then 0 else ss.initial_tasks end
-    from unnest(v_children, v_child_is_map) as c (step_slug, is_map)
-    where ss.run_id = _skip_step.run_id and ss.step_slug = c.step_slug and ss.status = 'created';
-  end if;
+  -- The children's slugs come from an array subquery, so the update uses the (run_id, step_slug) key;
+  -- a map child of a skipped step has nothing to map.
+  update pgflow.step_states as ss
+  set remaining_deps = ss.remaining_deps - 1,
+    initial_tasks = coalesce(ss.initial_tasks, 0)
+  where ss.run_id = _skip_step.run_id and ss.status = 'created'
+    and ss.step_slug = any (array(
+      select d.step_slug from pgflow.deps as d
+      where d.flow_slug = v_flow_slug and d.dep_slug = _skip_step.step_slug
+    ));
 
   update pgflow.runs as r set remaining_steps = r.remaining_steps - 1
   where r.run_id = _skip_step.run_id;
@@ -1100,7 +1156,8 @@ $$;
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
 -- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
 -- tasks, or starts it (tasks + one message each). Skips and instant completions can ready more
--- steps, so it repeats until a pass changes nothing but starts; then it completes a finished run.
+-- steps, so it repeats until a pass changes nothing but starts. A run that started nothing may be
+-- finished, so then it tries to complete it.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -1112,6 +1169,7 @@ declare
   v_step record;
   v_target jsonb;
   v_again boolean := true;
+  v_started boolean := false;
 begin
   while v_again loop
     v_again := false;
@@ -1157,8 +1215,9 @@ begin
       end if;
 
       if v_step.initial_tasks = 0 then
-        v_again := pgflow._complete_step(run_id, v_step.step_slug,
-          case when v_step.step_type = 'map' then '[]'::jsonb end) or v_again;
+        perform pgflow._complete_step(run_id, v_step.step_slug,
+          case when v_step.step_type = 'map' then '[]'::jsonb end);
+        v_again := true;
         continue;
       end if;
 
@@ -1170,10 +1229,13 @@ begin
       perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
         v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
       perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+      v_started := true;
     end loop;
   end loop;
 
-  perform pgflow._maybe_complete_run(run_id);
+  if not v_started then
+    perform pgflow._maybe_complete_run(run_id);
+  end if;
   return true;
 end;
 $$;
@@ -1291,27 +1353,25 @@ begin
   end if;
   perform pgflow.archive_completed_messages(v_queue);
 
-  -- GUARD: only queued tasks of started runs and steps; the task row lock decides races.
+  -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
+  -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
   with candidates as (
-    select t.run_id, t.step_slug, t.task_index, coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    select t.run_id, t.step_slug, t.task_index
     from pgflow.step_tasks as t
-    join pgflow.runs as r on r.run_id = t.run_id
-    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-    join pgflow.flows as f on f.flow_slug = t.flow_slug
     where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
       and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
-      and r.status = 'started' and ss.status = 'started'
     order by t.run_id, t.step_slug, t.task_index
-    for update of t skip locked
+    for update skip locked
   ),
   claimed as (
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
-    from candidates as c
+    from candidates as c, pgflow.steps as s, pgflow.flows as f
     where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
-    returning t.run_id, t.step_slug, t.task_index, t.message_id, c.vt_offset
+      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
+    returning t.run_id, t.step_slug, t.task_index, t.message_id,
+      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
   )
   select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
     array_agg(c.message_id), array_agg(c.vt_offset)
@@ -1360,7 +1420,7 @@ $$;
 -- is its task outputs in task order), which readies children and may complete the run.
 -- Late callbacks (run finished, step closed, task not started) change nothing.
 -- Locks run, step state and task (in that order, in one statement); its message is archived in a
--- later batch (pgflow.archivable_messages), so the hot path touches no PGMQ row but the next one's.
+-- later batch (pgflow.archivable_messages), so this hot path never waits for a PGMQ row.
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -1369,13 +1429,16 @@ set search_path = ''
 as $$
 declare
   v_locked record;
-  v_step_type text;
   v_task pgflow.step_tasks;
-  v_child text;
-  v_remaining int;
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
-  select r.status as run_status, ss.status as step_status, s.step_type, t as task
+  select r.status as run_status, ss.status as step_status, ss.remaining_tasks, s.step_type, t as task,
+    -- The first map step fed by this single step, if any (its output must then be an array).
+    (select c.step_slug from pgflow.deps as d
+     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where s.step_type = 'single' and d.flow_slug = s.flow_slug and d.dep_slug = s.step_slug
+       and c.step_type = 'map'
+     order by c.step_index limit 1) as map_child
   into v_locked
   from pgflow.runs as r
   join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = complete_task.step_slug
@@ -1392,7 +1455,6 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
-  v_step_type := v_locked.step_type;
 
   -- GUARD: late callbacks are no-ops.
   if v_locked.run_status <> 'started' or v_locked.step_status <> 'started' or v_task.status <> 'started' then
@@ -1401,32 +1463,23 @@ begin
   end if;
 
   -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
-  if v_step_type = 'single' and v_output_type <> 'array' then
-    select d.step_slug into v_child
-    from pgflow.deps as d
-    join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug
-      and child.step_type = 'map'
-    order by child.step_index
-    limit 1;
-    if v_child is not null then
-      update pgflow.step_tasks as t
-      set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
-        error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_output_type)
-      where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-        and t.task_index = complete_task.task_index
-      returning * into v_task;
-      update pgflow.step_states as ss
-      set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
-        error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
-          v_child, complete_task.step_slug, v_output_type)
-      where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
-      perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
-      perform pgflow._fail_run(run_id);
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-      return next v_task;
-      return;
-    end if;
+  if v_locked.map_child is not null and v_output_type <> 'array' then
+    update pgflow.step_tasks as t
+    set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
+      error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_output_type)
+    where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+      and t.task_index = complete_task.task_index
+    returning * into v_task;
+    update pgflow.step_states as ss
+    set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
+      error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+        v_locked.map_child, complete_task.step_slug, v_output_type)
+    where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
+    perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
+    perform pgflow._fail_run(run_id);
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    return next v_task;
+    return;
   end if;
 
   update pgflow.step_tasks as t
@@ -1435,17 +1488,15 @@ begin
     and t.task_index = complete_task.task_index
   returning * into v_task;
 
-  update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
-  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
-  returning ss.remaining_tasks into v_remaining;
-
-  if v_remaining = 0 then
-    perform pgflow._complete_step(run_id, step_slug,
-      case when v_step_type = 'map' then (
-        select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+  if v_locked.remaining_tasks > 1 then
+    update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
+    where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
+  elsif pgflow._complete_step(run_id, step_slug,
+      case when v_locked.step_type = 'map' then (
+        select jsonb_agg(t.output order by t.task_index)
         from pgflow.step_tasks as t
         where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-      ) else output end);
+      ) else output end) then
     perform pgflow._advance_run(run_id);
   end if;
 
@@ -1622,10 +1673,17 @@ begin
 
   perform pgflow.archive_completed_messages();
 
-  select array_agg(r.run_id) into v_runs
-  from pgflow.runs as r
-  where (r.status = 'completed' and r.completed_at < v_cutoff)
-     or (r.status = 'failed' and r.failed_at < v_cutoff);
+  -- Same lock order as the task callbacks: runs first; a run busy right now is pruned next time.
+  v_runs := array(
+    select r.run_id from pgflow.runs as r
+    where (r.status = 'completed' and r.completed_at < v_cutoff)
+       or (r.status = 'failed' and r.failed_at < v_cutoff)
+    order by r.run_id
+    for update skip locked
+  );
+  if cardinality(v_runs) = 0 then
+    v_runs := null;
+  end if;
 
   if v_runs is not null then
     delete from pgflow.step_tasks as t where t.run_id = any (v_runs);

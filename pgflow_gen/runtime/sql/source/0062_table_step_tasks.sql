@@ -30,5 +30,5 @@ create table pgflow.step_tasks (
   constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed'))
 ) with (fillfactor = 80);
 
-create unique index step_tasks_queue_message_idx on pgflow.step_tasks (queue_name, message_id)
-  where message_id is not null;
+-- Unique per queue; message_id leads so that claims (message_id = any (...)) use it directly.
+create unique index step_tasks_message_queue_idx on pgflow.step_tasks (message_id, queue_name);

@@ -20,7 +20,8 @@ begin
       update pgmq.%I as q
       set vt = clock_timestamp() + make_interval(secs => v.vt_offset)
       from unnest($1, $2) as v (msg_id, vt_offset)
-      where q.msg_id = v.msg_id
+      -- The redundant "= any" lets the planner use the queue's primary key instead of a scan.
+      where q.msg_id = v.msg_id and q.msg_id = any ($1)
       returning q.msg_id, q.vt
     $q$,
     'q_' || lower(queue_name)

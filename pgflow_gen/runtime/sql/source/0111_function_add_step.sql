@@ -58,6 +58,10 @@ begin
           max_attempts, base_delay, timeout, start_delay),
         hint = 'max_attempts must be at least 1, base_delay and start_delay at least 0, timeout at least 1.';
   end if;
+  if array_position(v_deps, null) is not null then
+    raise exception 'Step "%" lists a NULL dependency.', step_slug
+      using errcode = '22023', hint = 'List the slugs of the steps it depends on.';
+  end if;
   if step_slug = any (v_deps) then
     raise exception 'Step "%" cannot depend on itself.', step_slug using errcode = '22023';
   end if;

@@ -9,6 +9,8 @@ as $$
 declare
   v_step jsonb;
   v_index int := 0;
+  v_duplicate text;
+  v_option record;
 begin
   if jsonb_typeof(shape) is distinct from 'object' or jsonb_typeof(shape -> 'steps') is distinct from 'array' then
     raise exception 'Invalid flow shape: expected an object with a "steps" array.'
@@ -24,6 +26,28 @@ begin
         using errcode = '22023';
     end if;
     v_index := v_index + 1;
+  end loop;
+
+  select s.value ->> 'slug' into v_duplicate
+  from jsonb_array_elements(shape -> 'steps') as s
+  group by s.value ->> 'slug' having count(*) > 1
+  limit 1;
+  if v_duplicate is not null then
+    raise exception 'Invalid flow shape: step "%" appears more than once.', v_duplicate
+      using errcode = '22023';
+  end if;
+
+  -- Options must be whole numbers (flow options, then each step's).
+  for v_option in
+    select o.key, o.value from jsonb_each(coalesce(shape -> 'options', '{}')) as o
+    union all
+    select o.key, o.value
+    from jsonb_array_elements(shape -> 'steps') as s, jsonb_each(coalesce(s.value -> 'options', '{}')) as o
+  loop
+    if jsonb_typeof(v_option.value) <> 'number' or v_option.value::text !~ '^-?[0-9]+$' then
+      raise exception 'Invalid flow shape: option "%" must be a whole number, got %.', v_option.key, v_option.value
+        using errcode = '22023';
+    end if;
   end loop;
 end;
 $$;

@@ -1,6 +1,7 @@
--- Deletes a flow's definition and all its runtime data, and drops its queues unless another flow
--- still routes to them (version 1 lets "Foo" and "foo" share the queue "foo").
--- Takes the flow's definition lock; does nothing when the flow does not exist.
+-- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
+-- and drops its queues unless another flow still routes to them (version 1 lets "Foo" and "foo"
+-- share the queue "foo"). Takes the flow's definition lock, then its runs' row locks; does nothing
+-- when the flow does not exist.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
@@ -10,6 +11,8 @@ as $$
 declare
   v_queues text[];
   v_queue text;
+  v_active_queues text[];
+  v_active_messages bigint[];
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
@@ -20,6 +23,24 @@ begin
   from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
   v_queues := array(select distinct q from unnest(coalesce(v_queues, '{}') || lower(flow_slug)) as q);
 
+  -- Same lock order as the task callbacks: runs first (in key order), then their rows.
+  perform 1 from pgflow.runs as r
+  where r.flow_slug = delete_flow_and_data.flow_slug
+  order by r.run_id
+  for update;
+
+  -- Messages of unfinished tasks go too: a queue shared with another flow survives this deletion.
+  with active as (
+    select t.queue_name, t.message_id from pgflow.step_tasks as t
+    where t.flow_slug = delete_flow_and_data.flow_slug and t.status in ('queued', 'started')
+  )
+  select array_agg(a.queue_name), array_agg(a.message_id) into v_active_queues, v_active_messages
+  from active as a;
+  perform pgflow._archive_task_messages(v_active_queues, v_active_messages);
+
+  foreach v_queue in array v_queues loop
+    perform pgflow.archive_completed_messages(v_queue);
+  end loop;
   delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.step_states as s where s.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;

@@ -12,8 +12,6 @@ declare
   v_queues text[];
   v_messages bigint[];
   v_flow_slug text;
-  v_children text[];
-  v_child_is_map boolean[];
 begin
   update pgflow.step_states as ss
   set status = 'skipped', skip_reason = _skip_step.skip_reason, error_message = _skip_step.error_message,
@@ -44,19 +42,16 @@ begin
   perform pgflow._archive_task_messages(v_queues, v_messages);
   perform pgflow._emit_event(run_id, 'step:skipped', step_slug, 'skipped');
 
-  -- Children are looked up first, so the update below uses the (run_id, step_slug) key.
-  select array_agg(d.step_slug), array_agg(child.step_type = 'map') into v_children, v_child_is_map
-  from pgflow.deps as d
-  join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-  where d.flow_slug = v_flow_slug and d.dep_slug = _skip_step.step_slug;
-
-  if v_children is not null then
-    update pgflow.step_states as ss
-    set remaining_deps = ss.remaining_deps - 1,
-      initial_tasks = case when c.is_map then 0 else ss.initial_tasks end
-    from unnest(v_children, v_child_is_map) as c (step_slug, is_map)
-    where ss.run_id = _skip_step.run_id and ss.step_slug = c.step_slug and ss.status = 'created';
-  end if;
+  -- The children's slugs come from an array subquery, so the update uses the (run_id, step_slug) key;
+  -- a map child of a skipped step has nothing to map.
+  update pgflow.step_states as ss
+  set remaining_deps = ss.remaining_deps - 1,
+    initial_tasks = coalesce(ss.initial_tasks, 0)
+  where ss.run_id = _skip_step.run_id and ss.status = 'created'
+    and ss.step_slug = any (array(
+      select d.step_slug from pgflow.deps as d
+      where d.flow_slug = v_flow_slug and d.dep_slug = _skip_step.step_slug
+    ));
 
   update pgflow.runs as r set remaining_steps = r.remaining_steps - 1
   where r.run_id = _skip_step.run_id;

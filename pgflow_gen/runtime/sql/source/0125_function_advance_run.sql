@@ -1,7 +1,8 @@
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
 -- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
 -- tasks, or starts it (tasks + one message each). Skips and instant completions can ready more
--- steps, so it repeats until a pass changes nothing but starts; then it completes a finished run.
+-- steps, so it repeats until a pass changes nothing but starts. A run that started nothing may be
+-- finished, so then it tries to complete it.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -13,6 +14,7 @@ declare
   v_step record;
   v_target jsonb;
   v_again boolean := true;
+  v_started boolean := false;
 begin
   while v_again loop
     v_again := false;
@@ -58,8 +60,9 @@ begin
       end if;
 
       if v_step.initial_tasks = 0 then
-        v_again := pgflow._complete_step(run_id, v_step.step_slug,
-          case when v_step.step_type = 'map' then '[]'::jsonb end) or v_again;
+        perform pgflow._complete_step(run_id, v_step.step_slug,
+          case when v_step.step_type = 'map' then '[]'::jsonb end);
+        v_again := true;
         continue;
       end if;
 
@@ -71,10 +74,13 @@ begin
       perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
         v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
       perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+      v_started := true;
     end loop;
   end loop;
 
-  perform pgflow._maybe_complete_run(run_id);
+  if not v_started then
+    perform pgflow._maybe_complete_run(run_id);
+  end if;
   return true;
 end;
 $$;

@@ -30,27 +30,25 @@ begin
   end if;
   perform pgflow.archive_completed_messages(v_queue);
 
-  -- GUARD: only queued tasks of started runs and steps; the task row lock decides races.
+  -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
+  -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
   with candidates as (
-    select t.run_id, t.step_slug, t.task_index, coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
+    select t.run_id, t.step_slug, t.task_index
     from pgflow.step_tasks as t
-    join pgflow.runs as r on r.run_id = t.run_id
-    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-    join pgflow.flows as f on f.flow_slug = t.flow_slug
     where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
       and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
-      and r.status = 'started' and ss.status = 'started'
     order by t.run_id, t.step_slug, t.task_index
-    for update of t skip locked
+    for update skip locked
   ),
   claimed as (
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
-    from candidates as c
+    from candidates as c, pgflow.steps as s, pgflow.flows as f
     where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
-    returning t.run_id, t.step_slug, t.task_index, t.message_id, c.vt_offset
+      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
+    returning t.run_id, t.step_slug, t.task_index, t.message_id,
+      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
   )
   select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
     array_agg(c.message_id), array_agg(c.vt_offset)

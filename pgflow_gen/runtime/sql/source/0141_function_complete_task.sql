@@ -2,7 +2,7 @@
 -- is its task outputs in task order), which readies children and may complete the run.
 -- Late callbacks (run finished, step closed, task not started) change nothing.
 -- Locks run, step state and task (in that order, in one statement); its message is archived in a
--- later batch (pgflow.archivable_messages), so the hot path touches no PGMQ row but the next one's.
+-- later batch (pgflow.archivable_messages), so this hot path never waits for a PGMQ row.
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -11,13 +11,16 @@ set search_path = ''
 as $$
 declare
   v_locked record;
-  v_step_type text;
   v_task pgflow.step_tasks;
-  v_child text;
-  v_remaining int;
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
-  select r.status as run_status, ss.status as step_status, s.step_type, t as task
+  select r.status as run_status, ss.status as step_status, ss.remaining_tasks, s.step_type, t as task,
+    -- The first map step fed by this single step, if any (its output must then be an array).
+    (select c.step_slug from pgflow.deps as d
+     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where s.step_type = 'single' and d.flow_slug = s.flow_slug and d.dep_slug = s.step_slug
+       and c.step_type = 'map'
+     order by c.step_index limit 1) as map_child
   into v_locked
   from pgflow.runs as r
   join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = complete_task.step_slug
@@ -34,7 +37,6 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
-  v_step_type := v_locked.step_type;
 
   -- GUARD: late callbacks are no-ops.
   if v_locked.run_status <> 'started' or v_locked.step_status <> 'started' or v_task.status <> 'started' then
@@ -43,32 +45,23 @@ begin
   end if;
 
   -- GUARD: a single step that feeds a map must produce an array; anything else fails the run.
-  if v_step_type = 'single' and v_output_type <> 'array' then
-    select d.step_slug into v_child
-    from pgflow.deps as d
-    join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
-    where d.flow_slug = v_task.flow_slug and d.dep_slug = complete_task.step_slug
-      and child.step_type = 'map'
-    order by child.step_index
-    limit 1;
-    if v_child is not null then
-      update pgflow.step_tasks as t
-      set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
-        error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_output_type)
-      where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-        and t.task_index = complete_task.task_index
-      returning * into v_task;
-      update pgflow.step_states as ss
-      set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
-        error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
-          v_child, complete_task.step_slug, v_output_type)
-      where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
-      perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
-      perform pgflow._fail_run(run_id);
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-      return next v_task;
-      return;
-    end if;
+  if v_locked.map_child is not null and v_output_type <> 'array' then
+    update pgflow.step_tasks as t
+    set status = 'failed', output = complete_task.output, failed_at = clock_timestamp(),
+      error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_output_type)
+    where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
+      and t.task_index = complete_task.task_index
+    returning * into v_task;
+    update pgflow.step_states as ss
+    set status = 'failed', failed_at = clock_timestamp(), remaining_tasks = null,
+      error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+        v_locked.map_child, complete_task.step_slug, v_output_type)
+    where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
+    perform pgflow._emit_event(run_id, 'step:failed', step_slug, 'failed');
+    perform pgflow._fail_run(run_id);
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    return next v_task;
+    return;
   end if;
 
   update pgflow.step_tasks as t
@@ -77,17 +70,15 @@ begin
     and t.task_index = complete_task.task_index
   returning * into v_task;
 
-  update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
-  where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
-  returning ss.remaining_tasks into v_remaining;
-
-  if v_remaining = 0 then
-    perform pgflow._complete_step(run_id, step_slug,
-      case when v_step_type = 'map' then (
-        select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+  if v_locked.remaining_tasks > 1 then
+    update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - 1
+    where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug;
+  elsif pgflow._complete_step(run_id, step_slug,
+      case when v_locked.step_type = 'map' then (
+        select jsonb_agg(t.output order by t.task_index)
         from pgflow.step_tasks as t
         where t.run_id = complete_task.run_id and t.step_slug = complete_task.step_slug
-      ) else output end);
+      ) else output end) then
     perform pgflow._advance_run(run_id);
   end if;
 

@@ -21,10 +21,17 @@ begin
 
   perform pgflow.archive_completed_messages();
 
-  select array_agg(r.run_id) into v_runs
-  from pgflow.runs as r
-  where (r.status = 'completed' and r.completed_at < v_cutoff)
-     or (r.status = 'failed' and r.failed_at < v_cutoff);
+  -- Same lock order as the task callbacks: runs first; a run busy right now is pruned next time.
+  v_runs := array(
+    select r.run_id from pgflow.runs as r
+    where (r.status = 'completed' and r.completed_at < v_cutoff)
+       or (r.status = 'failed' and r.failed_at < v_cutoff)
+    order by r.run_id
+    for update skip locked
+  );
+  if cardinality(v_runs) = 0 then
+    v_runs := null;
+  end if;
 
   if v_runs is not null then
     delete from pgflow.step_tasks as t where t.run_id = any (v_runs);
