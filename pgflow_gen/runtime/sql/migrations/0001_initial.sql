@@ -114,19 +114,37 @@ create table pgflow.workers (
 create index workers_queue_name_idx on pgflow.workers (queue_name);
 create index workers_last_heartbeat_at_idx on pgflow.workers (last_heartbeat_at);
 
+-- Status values as domains rather than per-table CHECK constraints: a domain's check is compiled
+-- once per session (type cache), while a table's CHECK expressions are rebuilt for every
+-- statement that writes the table, and these tables are written on every task transition.
+create domain pgflow.run_status as text
+  constraint run_status_is_known check (value in ('started', 'completed', 'failed'));
+
+create domain pgflow.step_status as text
+  constraint step_status_is_known check (value in ('created', 'started', 'completed', 'failed', 'skipped'));
+
+create domain pgflow.task_status as text
+  constraint task_status_is_known check (
+    value in ('queued', 'started', 'completed', 'failed', 'skipped', 'cancelled')
+  );
+
+create domain pgflow.skip_reason as text
+  constraint skip_reason_is_known check (
+    value in ('condition_unmet', 'handler_failed', 'dependency_skipped')
+  );
+
 -- One row per run of a flow. remaining_steps counts down as steps complete or are skipped.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
   flow_slug text not null references pgflow.flows (flow_slug),
-  status text not null default 'started',
+  status pgflow.run_status not null default 'started',
   input jsonb not null,
   output jsonb,
   remaining_steps int not null default 0,
   started_at timestamptz not null default now(),
   completed_at timestamptz,
   failed_at timestamptz,
-  constraint status_is_known check (status in ('started', 'completed', 'failed')),
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 
@@ -140,9 +158,9 @@ create table pgflow.step_states (
   run_id uuid not null references pgflow.runs (run_id),
   flow_slug text not null,
   step_slug text not null,
-  status text not null default 'created',
+  status pgflow.step_status not null default 'created',
   output jsonb,
-  skip_reason text,
+  skip_reason pgflow.skip_reason,
   error_message text,
   remaining_tasks int,
   remaining_deps int not null default 0,
@@ -154,13 +172,10 @@ create table pgflow.step_states (
   skipped_at timestamptz,
   primary key (run_id, step_slug),
   foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
-  constraint status_is_known check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
   constraint remaining_deps_is_nonnegative check (remaining_deps >= 0),
   constraint remaining_tasks_is_nonnegative check (remaining_tasks is null or remaining_tasks >= 0),
   constraint output_is_only_on_completed check (output is null or status = 'completed'),
-  constraint skip_reason_matches_status check (
-    (status = 'skipped') = coalesce(skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped'), false)
-  )
+  constraint skip_reason_is_only_on_skipped check ((status = 'skipped') = (skip_reason is not null))
 ) with (fillfactor = 80);
 
 create index step_states_flow_slug_idx on pgflow.step_states (flow_slug, step_slug);
@@ -174,7 +189,7 @@ create table pgflow.step_tasks (
   flow_slug text not null,
   step_slug text not null,
   task_index int not null default 0,
-  status text not null default 'queued',
+  status pgflow.task_status not null default 'queued',
   attempts_count int not null default 0,
   message_id bigint,
   queue_name text not null,
@@ -191,10 +206,7 @@ create table pgflow.step_tasks (
   failed_at timestamptz,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
-  constraint status_is_known check (
-    status in ('queued', 'started', 'completed', 'failed', 'skipped', 'cancelled')
-  ),
-  constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed'))
+  constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')
 ) with (fillfactor = 80);
 
 -- Unique per queue; message_id leads so that claims (message_id = any (...)) use it directly.

@@ -3,14 +3,13 @@
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
   flow_slug text not null references pgflow.flows (flow_slug),
-  status text not null default 'started',
+  status pgflow.run_status not null default 'started',
   input jsonb not null,
   output jsonb,
   remaining_steps int not null default 0,
   started_at timestamptz not null default now(),
   completed_at timestamptz,
   failed_at timestamptz,
-  constraint status_is_known check (status in ('started', 'completed', 'failed')),
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 

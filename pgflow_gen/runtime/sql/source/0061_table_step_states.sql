@@ -5,9 +5,9 @@ create table pgflow.step_states (
   run_id uuid not null references pgflow.runs (run_id),
   flow_slug text not null,
   step_slug text not null,
-  status text not null default 'created',
+  status pgflow.step_status not null default 'created',
   output jsonb,
-  skip_reason text,
+  skip_reason pgflow.skip_reason,
   error_message text,
   remaining_tasks int,
   remaining_deps int not null default 0,
@@ -19,13 +19,10 @@ create table pgflow.step_states (
   skipped_at timestamptz,
   primary key (run_id, step_slug),
   foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
-  constraint status_is_known check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
   constraint remaining_deps_is_nonnegative check (remaining_deps >= 0),
   constraint remaining_tasks_is_nonnegative check (remaining_tasks is null or remaining_tasks >= 0),
   constraint output_is_only_on_completed check (output is null or status = 'completed'),
-  constraint skip_reason_matches_status check (
-    (status = 'skipped') = coalesce(skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped'), false)
-  )
+  constraint skip_reason_is_only_on_skipped check ((status = 'skipped') = (skip_reason is not null))
 ) with (fillfactor = 80);
 
 create index step_states_flow_slug_idx on pgflow.step_states (flow_slug, step_slug);

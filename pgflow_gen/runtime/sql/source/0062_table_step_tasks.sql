@@ -7,7 +7,7 @@ create table pgflow.step_tasks (
   flow_slug text not null,
   step_slug text not null,
   task_index int not null default 0,
-  status text not null default 'queued',
+  status pgflow.task_status not null default 'queued',
   attempts_count int not null default 0,
   message_id bigint,
   queue_name text not null,
@@ -24,10 +24,7 @@ create table pgflow.step_tasks (
   failed_at timestamptz,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
-  constraint status_is_known check (
-    status in ('queued', 'started', 'completed', 'failed', 'skipped', 'cancelled')
-  ),
-  constraint output_is_only_on_finished check (output is null or status in ('completed', 'failed'))
+  constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')
 ) with (fillfactor = 80);
 
 -- Unique per queue; message_id leads so that claims (message_id = any (...)) use it directly.

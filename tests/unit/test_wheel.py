@@ -1,0 +1,60 @@
+"""The wheel carries everything the package reads at run time: engine SQL, templates, schemas."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECK = """
+from importlib import resources
+package = resources.files("pgflow_gen")
+required = [
+    "py.typed",
+    "runtime/sql/migrations/0001_initial.sql",
+    "runtime/sql/source/0141_function_complete_task.sql",
+    "_data/templates/README.md",
+    "_data/schemas/README.md",
+]
+missing = [name for name in required if not package.joinpath(name).is_file()]
+assert not missing, missing
+assert "site-packages" in str(package), package
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_contains_its_data_files(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = dist.glob("pgflow_gen-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    result = subprocess.run(
+        [str(python), "-c", CHECK], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.stdout.strip() == "ok"
