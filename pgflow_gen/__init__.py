@@ -2,6 +2,35 @@
 
 from __future__ import annotations
 
+from pgflow_gen.naming import (
+    MAX_PGMQ_QUEUE_NAME_LENGTH,
+    DuplicateQueueRouteError,
+    DuplicateStepSlugError,
+    EmptyStepQueuedFlowError,
+    FlowQueueNameError,
+    FlowSpecError,
+    InvalidSlugError,
+    Route,
+    StepQueueNameError,
+    is_valid_slug,
+    resolve_queue_routes,
+)
 from pgflow_gen.runtime.errors import ConfigError, DatabaseError, MigrationError, PgflowError
 
-__all__ = ["ConfigError", "DatabaseError", "MigrationError", "PgflowError"]
+__all__ = [
+    "MAX_PGMQ_QUEUE_NAME_LENGTH",
+    "ConfigError",
+    "DatabaseError",
+    "DuplicateQueueRouteError",
+    "DuplicateStepSlugError",
+    "EmptyStepQueuedFlowError",
+    "FlowQueueNameError",
+    "FlowSpecError",
+    "InvalidSlugError",
+    "MigrationError",
+    "PgflowError",
+    "Route",
+    "StepQueueNameError",
+    "is_valid_slug",
+    "resolve_queue_routes",
+]
