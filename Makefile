@@ -41,5 +41,9 @@ pytest: venv
 bench: venv
 	$(BIN)/python benchmarks/engine_throughput.py
 
+## regen: rewrite generated files that are committed (the flow spec JSON Schema)
+regen: venv
+	$(BIN)/python -m pgflow_gen.spec.schema > schemas/flow.schema.json
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist build

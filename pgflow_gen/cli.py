@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.runtime import database, embedded, errors, migrations
+from pgflow_gen.spec import loader
+from pgflow_gen.spec import problems as problems_module
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -46,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         help="PostgreSQL URL (default: $PGFLOW_DATABASE_URL, $DATABASE_URL, else embedded)",
     )
 
+    validate = commands.add_parser("validate", help="check flow spec files (exit 2 when invalid)")
+    validate.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
+    validate.add_argument("--format", choices=("text", "json"), default="text")
+    validate.set_defaults(handler=_validate)
+
     db = commands.add_parser("db", help="manage the database: embedded server, PGMQ, engine")
     db_commands = db.add_subparsers(title="db commands")
     start = db_commands.add_parser("start", help="start the project's embedded PostgreSQL")
@@ -67,6 +75,52 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
     sql.set_defaults(handler=_db_sql)
     return parser
+
+
+def _spec_files(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
+        else:
+            files.append(path)
+    return files
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    problems: list[problems_module.Problem] = []
+    files = _spec_files(args.paths)
+    for path in files:
+        try:
+            loader.load_file(path, display_name=_display(path))
+        except problems_module.SpecErrors as exc:
+            problems.extend(exc.problems)
+    if not files:
+        problems.append(
+            problems_module.Problem(
+                "no_specs",
+                "No spec files found.",
+                problems_module.Location(", ".join(str(p) for p in args.paths)),
+                hint="Pass *.yaml files or folders that contain them.",
+            )
+        )
+    if args.format == "json":
+        print(json.dumps({"ok": not problems, "errors": [p.to_json() for p in problems]}, indent=2))
+    else:
+        for problem in problems:
+            print(problem.render(), file=sys.stderr)
+        if not problems:
+            print(f"{len(files)} spec file(s) valid")
+        else:
+            print(f"{len(problems)} problem(s) in {len(files)} file(s)", file=sys.stderr)
+    return EXIT_OK if not problems else EXIT_USAGE
 
 
 def _server() -> embedded.EmbeddedServer:

@@ -157,7 +157,7 @@ def check_flow_slug(flow_slug: str) -> None:
         raise InvalidSlugError(
             f'Invalid flow slug "{flow_slug}".',
             detail=f"The slug is invalid: {violation}.",
-            hint=_SLUG_HINT,
+            hint=SLUG_HINT,
             flow_slug=flow_slug,
         )
 
@@ -171,7 +171,7 @@ def check_step_slugs(flow_slug: str, step_slugs: Sequence[str]) -> None:
             raise InvalidSlugError(
                 f'Invalid step slug "{step_slug}" in flow "{flow_slug}".',
                 detail=f"The slug is invalid: {violation}.",
-                hint=_SLUG_HINT,
+                hint=SLUG_HINT,
                 flow_slug=flow_slug,
                 step_slug=step_slug,
                 step_index=index,
@@ -297,7 +297,7 @@ def _queue_name(flow_slug: str, suffix: str) -> str:
     return f"{flow_slug}{QUEUE_SEPARATOR}{suffix}".lower()
 
 
-_SLUG_HINT = (
+SLUG_HINT = (
     "Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not"
     ' ending with "_", for example "greetUser" or "greet_user".'
 )

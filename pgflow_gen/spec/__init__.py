@@ -1,0 +1,1 @@
+"""Flow specs: YAML files -> pydantic models -> a validated FlowSpec, with located errors."""

@@ -1,0 +1,235 @@
+"""Rules that need the whole flow: slugs, dependency order, map steps, conditions, workers and
+(in step mode) the queue routes. Each broken rule becomes a located Problem; all are collected."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pgflow_gen import naming
+from pgflow_gen.spec import model
+from pgflow_gen.spec.locate import Locator
+from pgflow_gen.spec.problems import Problem
+
+ORDER_HINT = (
+    "Steps are listed in dependency order: a step may only depend on steps listed above it."
+)
+
+
+def check(spec: model.FlowSpec, locator: Locator) -> list[Problem]:
+    return list(_problems(spec, locator))
+
+
+def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
+    def problem(
+        code: str,
+        message: str,
+        keys: tuple[str | int, ...],
+        *,
+        detail: str | None = None,
+        hint: str | None = None,
+        step: int | None = None,
+    ) -> Problem:
+        return Problem(
+            code,
+            message,
+            locator.at(keys),
+            detail=detail,
+            hint=hint,
+            flow_slug=spec.slug,
+            step_slug=None if step is None else spec.steps[step].slug,
+            step_index=step,
+        )
+
+    slugs_ok = True
+    violation = naming.slug_violation(spec.slug)
+    if violation is not None:
+        slugs_ok = False
+        yield problem(
+            "invalid_slug", f'Invalid flow slug "{spec.slug}".', ("slug",),
+            detail=f"The slug is invalid: {violation}.", hint=naming.SLUG_HINT,
+        )  # fmt: skip
+
+    seen: dict[str, int] = {}
+    for index, step in enumerate(spec.steps):
+        violation = naming.slug_violation(step.slug)
+        if violation is not None:
+            slugs_ok = False
+            yield problem(
+                "invalid_slug", f'Invalid step slug "{step.slug}".', ("steps", index, "slug"),
+                detail=f"The slug is invalid: {violation}.", hint=naming.SLUG_HINT, step=index,
+            )  # fmt: skip
+        first = seen.get(step.slug.lower())
+        if first is not None:
+            slugs_ok = False
+            yield problem(
+                "duplicate_step_slug",
+                f'Step slug "{step.slug}" duplicates "{spec.steps[first].slug}" (step {first}).',
+                ("steps", index, "slug"),
+                detail="Step slugs must be unique ignoring case.",
+                hint="Rename one of the steps.",
+                step=index,
+            )
+        else:
+            seen[step.slug.lower()] = index
+
+    index_of = {step.slug: i for i, step in enumerate(spec.steps)}
+    for index, step in enumerate(spec.steps):
+        yield from _dependency_problems(spec, index, step, index_of, problem)
+        if (step.if_ is None and step.if_not is None) and step.when_unmet is not None:
+            yield problem(
+                "when_unmet_without_condition",
+                f'Step "{step.slug}" sets when_unmet but has no condition.',
+                ("steps", index, "when_unmet"),
+                hint='Add "if" or "if_not", or remove "when_unmet".',
+                step=index,
+            )
+        for key, schema in (("output", step.output),):
+            if schema is not None:
+                yield from _schema_problems(schema, ("steps", index, key), problem, step=index)
+
+    if spec.input is not None:
+        yield from _schema_problems(spec.input, ("input",), problem)
+
+    for slug in spec.workers.steps:
+        if spec.queue_mode == "flow":
+            yield problem(
+                "worker_overrides_need_step_mode",
+                f'Per-step worker settings for "{slug}" need queue_mode: step.',
+                ("workers", "steps", slug),
+                hint="In flow mode one worker serves every step: set workers.max_concurrent.",
+            )
+        elif slug not in index_of:
+            yield problem(
+                "unknown_worker_step",
+                f'workers.steps names "{slug}", which is not a step of this flow.',
+                ("workers", "steps", slug),
+                hint=f"Steps: {', '.join(index_of) or '(none)'}.",
+            )
+
+    if slugs_ok:
+        try:
+            naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
+        except naming.FlowSpecError as error:
+            step_index = error.step_index if error.step_slug is not None else None
+            keys: tuple[str | int, ...] = (
+                ("steps", step_index, "slug") if step_index is not None else ("slug",)
+            )
+            if isinstance(error, naming.FlowQueueNameError | naming.EmptyStepQueuedFlowError):
+                keys, step_index = ("slug",), None
+            yield problem(
+                error.code, error.message, keys,
+                detail=error.detail, hint=error.hint, step=step_index,
+            )  # fmt: skip
+
+
+def _dependency_problems(
+    spec: model.FlowSpec, index: int, step: model.StepSpec, index_of: dict[str, int], problem: Any
+) -> Iterator[Problem]:
+    keys = ("steps", index)
+    if step.type == "single" and step.array is not None:
+        yield problem(
+            "array_on_single_step",
+            f'Step "{step.slug}" sets "array" but is not a map step.',
+            (*keys, "array"),
+            hint='Add "type: map", or remove "array".',
+            step=index,
+        )
+    dependencies = list(step.depends_on)
+    if step.type == "map":
+        if len(dependencies) > 1:
+            yield problem(
+                "map_step_dependencies",
+                f'Map step "{step.slug}" has {len(dependencies)} dependencies; at most one.',
+                (*keys, "depends_on"),
+                hint='A map step maps the array output of its one dependency, named in "array".',
+                step=index,
+            )
+        elif dependencies and step.array != dependencies[0]:
+            yield problem(
+                "map_step_array",
+                f'Map step "{step.slug}" must name its dependency "{dependencies[0]}" in "array".',
+                (*keys, "array" if step.array is not None else "depends_on"),
+                hint=f'Write "array: {dependencies[0]}" (depends_on may then be left out).',
+                step=index,
+            )
+        elif step.array is not None and not dependencies:
+            dependencies = [step.array]
+        if step.array is None and not step.depends_on:
+            input_type = spec.input.type if spec.input is not None else None
+            if spec.input is not None and input_type != "array":
+                yield problem(
+                    "root_map_needs_array_input",
+                    f'Map step "{step.slug}" maps the run input, which is not an array.',
+                    ("input",),
+                    detail=f"The flow input type is {input_type or 'unspecified'}.",
+                    hint='Declare "input: {type: array, items: ...}", or set "array" to a step.',
+                    step=index,
+                )
+    counted: set[str] = set()
+    for position, dep in enumerate(dependencies):
+        where = (*keys, "depends_on", position) if dep in step.depends_on else (*keys, "array")
+        if dep in counted:
+            yield problem(
+                "duplicate_dependency", f'Step "{step.slug}" lists "{dep}" twice.', where,
+                step=index,
+            )  # fmt: skip
+            continue
+        counted.add(dep)
+        if dep == step.slug:
+            yield problem(
+                "self_dependency", f'Step "{step.slug}" depends on itself.', where, step=index
+            )
+        elif dep not in index_of:
+            near = [s for s in index_of if s.lower() == dep.lower()]
+            yield problem(
+                "unknown_dependency",
+                f'Step "{step.slug}" depends on "{dep}", which is not a step of this flow.',
+                where,
+                hint=f'Did you mean "{near[0]}"? Slugs are exact.' if near else ORDER_HINT,
+                step=index,
+            )
+        elif index_of[dep] > index:
+            yield problem(
+                "dependency_order",
+                f'Step "{step.slug}" depends on "{dep}", which is listed after it.',
+                where,
+                hint=ORDER_HINT,
+                step=index,
+            )
+
+
+def _schema_problems(
+    schema: model.TypeSchema, keys: tuple[str | int, ...], problem: Any, step: int | None = None
+) -> Iterator[Problem]:
+    definitions = schema.defs or {}
+
+    def walk(node: model.TypeSchema, at: tuple[str | int, ...]) -> Iterator[Problem]:
+        if node.ref is not None and node.ref.removeprefix("#/$defs/") not in definitions:
+            yield problem(
+                "unresolved_ref",
+                f'"{node.ref}" names no entry of this schema\'s "$defs".',
+                (*at, "$ref"),
+                hint=f"Defined: {', '.join(definitions) or '(none)'}.",
+                step=step,
+            )
+        for name in node.required or []:
+            if node.properties is None or name not in node.properties:
+                yield problem(
+                    "required_not_a_property",
+                    f'"{name}" is required but not listed in "properties".',
+                    (*at, "required"),
+                    step=step,
+                )
+        for name, child in (node.properties or {}).items():
+            yield from walk(child, (*at, "properties", name))
+        if node.items is not None:
+            yield from walk(node.items, (*at, "items"))
+        for position, child in enumerate(node.any_of or []):
+            yield from walk(child, (*at, "anyOf", position))
+        if isinstance(node.additional_properties, model.TypeSchema):
+            yield from walk(node.additional_properties, (*at, "additionalProperties"))
+        for name, child in (node.defs or {}).items():
+            yield from walk(child, (*at, "$defs", name))
+
+    yield from walk(schema, keys)

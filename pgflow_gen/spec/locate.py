@@ -1,0 +1,63 @@
+"""Positions in the loaded YAML: walk a key path through ruamel's round-trip nodes."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from pgflow_gen.spec.problems import Location
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Turns a key path such as ("steps", 2, "handler") into a file location."""
+
+    file: str
+    root: Any
+
+    def at(self, keys: Sequence[str | int]) -> Location:
+        node = self.root
+        line = column = None
+        if isinstance(node, CommentedMap | CommentedSeq):
+            line, column = node.lc.line, node.lc.col
+        path = ""
+        for key in keys:
+            if isinstance(node, CommentedMap) and isinstance(key, str) and key in node:
+                line, column = node.lc.key(key)
+                path = f"{path}.{key}" if path else key
+                node = node[key]
+            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
+                line, column = node.lc.item(key)
+                path = f"{path}[{key}]"
+                node = node[key]
+            else:
+                break
+        return Location(
+            self.file,
+            None if line is None else line + 1,
+            None if column is None else column + 1,
+            path,
+        )
+
+
+def plain(node: Any) -> Any:
+    """ruamel's round-trip containers and scalars as plain Python values."""
+    if isinstance(node, dict):
+        return {str(k) if not isinstance(k, str) else k: plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, datetime.date):  # YAML timestamps: keep them JSON-compatible
+        return node.isoformat()
+    return node

@@ -1,0 +1,102 @@
+"""The flow spec as pydantic models: one source for validation and for `schemas/flow.schema.json`.
+
+Keys are snake_case and unknown keys are errors. `if` / `if_not` are aliases (Python reserves `if`).
+Semantic rules that need the whole flow (dependency order, map rules, routes) live in `checks.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WhenUnmet = Literal["skip", "skip-cascade", "fail"]
+WhenExhausted = Literal["fail", "skip", "skip-cascade"]
+JsonType = Literal["object", "array", "string", "number", "integer", "boolean", "null"]
+
+HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
+
+
+class TypeSchema(_Strict):
+    """The JSON Schema subset that describes run inputs and step outputs."""
+
+    type: JsonType | list[JsonType] | None = None
+    description: str | None = None
+    properties: dict[str, TypeSchema] | None = None
+    required: list[str] | None = None
+    items: TypeSchema | None = None
+    enum: list[Any] | None = Field(default=None, min_length=1)
+    const: Any = None
+    any_of: list[TypeSchema] | None = Field(default=None, alias="anyOf", min_length=1)
+    additional_properties: bool | TypeSchema | None = Field(
+        default=None, alias="additionalProperties"
+    )
+    defs: dict[str, TypeSchema] | None = Field(default=None, alias="$defs")
+    ref: str | None = Field(default=None, alias="$ref", pattern=r"^#/\$defs/[A-Za-z0-9_]+$")
+
+
+class FlowOptions(_Strict):
+    """Flow-wide defaults for every step (the values shown are the defaults)."""
+
+    max_attempts: int = Field(default=3, ge=1, description="Attempts per task, the first included.")
+    base_delay: int = Field(
+        default=5, ge=1, description="Retry delay base: base_delay * 2^attempts s."
+    )
+    timeout: int = Field(
+        default=60, ge=3, description="Seconds a task may run before it is retried."
+    )
+
+
+class StepOptions(_Strict):
+    """Per-step overrides of the flow options."""
+
+    max_attempts: int | None = Field(default=None, ge=1)
+    base_delay: int | None = Field(default=None, ge=1)
+    timeout: int | None = Field(default=None, ge=3)
+    start_delay: int | None = Field(
+        default=None, ge=0, description="Delay of the first attempt, s."
+    )
+
+
+class StepSpec(_Strict):
+    """One step. Its position in `steps` is its step index (the topological order)."""
+
+    slug: str = Field(description="Step slug: a letter first, then letters, digits, single _.")
+    description: str | None = None
+    type: Literal["single", "map"] = "single"
+    array: str | None = Field(default=None, description="Map step: the dependency it maps.")
+    depends_on: list[str] = Field(default_factory=list)
+    if_: dict[str, Any] | None = Field(default=None, alias="if")
+    if_not: dict[str, Any] | None = None
+    when_unmet: WhenUnmet | None = None
+    when_exhausted: WhenExhausted = "fail"
+    handler: str = Field(pattern=HANDLER_PATTERN, description='"package.module:function"')
+    output: TypeSchema | None = None
+    options: StepOptions = Field(default_factory=StepOptions)
+
+
+class StepWorkers(_Strict):
+    max_concurrent: int | None = Field(default=None, ge=1)
+
+
+class WorkersSpec(_Strict):
+    """Deployment defaults written into the generated worker entry files."""
+
+    max_concurrent: int = Field(default=10, ge=1)
+    steps: dict[str, StepWorkers] = Field(default_factory=dict)
+
+
+class FlowSpec(_Strict):
+    """One concrete flow (one YAML file)."""
+
+    slug: str = Field(description="Concrete flow slug; a new shape or queue mode needs a new slug.")
+    description: str | None = None
+    queue_mode: Literal["flow", "step"] = "flow"
+    input: TypeSchema | None = None
+    options: FlowOptions = Field(default_factory=FlowOptions)
+    steps: list[StepSpec] = Field(default_factory=list)
+    workers: WorkersSpec = Field(default_factory=WorkersSpec)
