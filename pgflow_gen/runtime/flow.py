@@ -1,0 +1,181 @@
+"""Flow definitions as the runtime sees them: what generated modules declare and workers compile.
+
+A `Flow` is immutable (its step order is a tuple, its patterns read-only); `with_step_queues`
+turns it into a `StepQueuedFlow` whose checked routes are fixed at creation, so neither can drift
+between validation and use.
+
+>>> flow = Flow(slug="greetUser", steps=(Step(slug="greet"),))
+>>> with_step_queues(flow).routes[0].queue_name
+'greetuser__greet'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+from pgflow_gen import naming
+
+StepSlugT = TypeVar("StepSlugT", bound=str)
+InputT = TypeVar("InputT")
+OutputT = TypeVar("OutputT")
+
+Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
+StepType = Literal["single", "map"]
+SkipMode = Literal["skip", "skip-cascade", "fail"]
+
+
+def _frozen(value: Any) -> Any:
+    """A read-only deep copy of a JSON value (mappings become MappingProxyType, lists tuples)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): _frozen(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    max_attempts: int = 3
+    base_delay: int = 5
+    timeout: int = 60
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    max_attempts: int | None = None
+    base_delay: int | None = None
+    timeout: int | None = None
+    start_delay: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a flow, as compiled into the engine."""
+
+    slug: str
+    step_type: StepType = "single"
+    dependencies: tuple[str, ...] = ()
+    when_unmet: SkipMode = "skip"
+    when_exhausted: SkipMode = "fail"
+    required_input_pattern: Mapping[str, Any] | None = None
+    forbidden_input_pattern: Mapping[str, Any] | None = None
+    options: StepOptions = field(default_factory=StepOptions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dependencies", tuple(self.dependencies))
+        for name in ("required_input_pattern", "forbidden_input_pattern"):
+            pattern = getattr(self, name)
+            if pattern is not None:
+                object.__setattr__(self, name, _frozen(pattern))
+
+    def shape(self) -> dict[str, Any]:
+        """This step in the shape format of `pgflow.ensure_flow_compiled`."""
+
+        def pattern(value: Mapping[str, Any] | None) -> dict[str, Any]:
+            return (
+                {"defined": False} if value is None else {"defined": True, "value": _thawed(value)}
+            )
+
+        options = {
+            key: value
+            for key, value in (
+                ("maxAttempts", self.options.max_attempts),
+                ("baseDelay", self.options.base_delay),
+                ("timeout", self.options.timeout),
+                ("startDelay", self.options.start_delay),
+            )
+            if value is not None
+        }
+        return {
+            "slug": self.slug,
+            "stepType": self.step_type,
+            "dependencies": sorted(self.dependencies),
+            "whenUnmet": self.when_unmet,
+            "whenExhausted": self.when_exhausted,
+            "requiredInputPattern": pattern(self.required_input_pattern),
+            "forbiddenInputPattern": pattern(self.forbidden_input_pattern),
+            **({"options": options} if options else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Flow(Generic[StepSlugT, InputT, OutputT]):
+    """A concrete flow: slug, options and steps in topological order.
+
+    `StepSlugT` is the Literal union of its step slugs, `InputT` and `OutputT` its run types.
+    """
+
+    slug: str
+    steps: tuple[Step, ...] = ()
+    options: FlowOptions = field(default_factory=FlowOptions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        naming.check_flow_slug(self.slug)
+        naming.check_step_slugs(self.slug, [step.slug for step in self.steps])
+
+    @property
+    def step_order(self) -> tuple[str, ...]:
+        return tuple(step.slug for step in self.steps)
+
+    def shape(self) -> dict[str, Any]:
+        """The complete shape for `pgflow.ensure_flow_compiled` (options included, not compared)."""
+        return {
+            "steps": [step.shape() for step in self.steps],
+            "options": {
+                "maxAttempts": self.options.max_attempts,
+                "baseDelay": self.options.base_delay,
+                "timeout": self.options.timeout,
+            },
+        }
+
+    def shape_json(self) -> str:
+        return json.dumps(self.shape(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class StepQueuedFlow(Generic[StepSlugT, InputT, OutputT]):
+    """A flow whose every step has a private queue; build it with `with_step_queues`."""
+
+    flow: Flow[StepSlugT, InputT, OutputT]
+    routes: tuple[naming.Route, ...]
+
+    @property
+    def slug(self) -> str:
+        return self.flow.slug
+
+    def route(self, step_slug: str) -> naming.Route:
+        for route in self.routes:
+            if route.step_slug == step_slug:
+                return route
+        valid = ", ".join(route.step_slug for route in self.routes)
+        raise naming.FlowSpecError(
+            f'Flow "{self.flow.slug}" has no step "{step_slug}".',
+            hint=f"Valid step slugs: {valid}.",
+            flow_slug=self.flow.slug,
+            step_slug=step_slug,
+        )
+
+    def route_map(self) -> list[dict[str, str]]:
+        """The route map for `pgflow.ensure_flow_compiled`, in step order."""
+        return [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in self.routes]
+
+
+def with_step_queues(
+    flow: Flow[StepSlugT, InputT, OutputT],
+) -> StepQueuedFlow[StepSlugT, InputT, OutputT]:
+    """Give every step of `flow` a private queue; raises the typed naming errors right away."""
+    routes = naming.resolve_queue_routes(flow.slug, flow.step_order, "step")
+    return StepQueuedFlow(flow=flow, routes=routes)
