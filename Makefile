@@ -41,9 +41,15 @@ pytest: venv
 bench: venv
 	$(BIN)/python benchmarks/engine_throughput.py
 
-## regen: rewrite generated files that are committed (the flow spec JSON Schema)
+## regen: rewrite the committed generated files: JSON Schema, golden cases, examples
 regen: venv
 	$(BIN)/python -m pgflow_gen.spec.schema > schemas/flow.schema.json
+	$(BIN)/python -m tests.golden.golden
+	for example in examples/*/; do \
+	  if [ -d "$$example/flows" ]; then \
+	    (cd "$$example" && ../../$(BIN)/pgflow-gen build flows --out app/pgflow); \
+	  fi; \
+	done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist build

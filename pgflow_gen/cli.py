@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 
+from pgflow_gen import naming
+from pgflow_gen.codegen import build as build_module
 from pgflow_gen.runtime import database, embedded, errors, migrations
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
@@ -53,6 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
     validate.add_argument("--format", choices=("text", "json"), default="text")
     validate.set_defaults(handler=_validate)
+
+    build = commands.add_parser("build", help="generate typed modules, workers and migrations")
+    build.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
+    build.add_argument("--out", type=Path, required=True, help="output folder, e.g. app/pgflow")
+    build.add_argument("--package", help="Python package of --out (default: derived from its path)")
+    build.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 with a diff when stale"
+    )
+    build.set_defaults(handler=_build)
 
     db = commands.add_parser("db", help="manage the database: embedded server, PGMQ, engine")
     db_commands = db.add_subparsers(title="db commands")
@@ -121,6 +132,42 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             print(f"{len(problems)} problem(s) in {len(files)} file(s)", file=sys.stderr)
     return EXIT_OK if not problems else EXIT_USAGE
+
+
+def _build(args: argparse.Namespace) -> int:
+    files = _spec_files(args.paths)
+    project = Path.cwd()
+    try:
+        package = args.package or build_module.package_for(args.out, project)
+        generated = build_module.generate(files, package=package, project=project)
+    except problems_module.SpecErrors as exc:
+        for problem in exc.problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_USAGE
+    except naming.FlowSpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    outcome = build_module.apply(generated, args.out, check=args.check)
+    if args.check:
+        if outcome.stale:
+            sys.stdout.write("".join(outcome.diffs))
+            print(
+                f"{len(outcome.written)} changed or missing, {len(outcome.removed)} orphaned:"
+                " run `pgflow-gen build` and commit the result",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+        print(f"{outcome.unchanged} generated file(s) are current")
+        return EXIT_OK
+    for path in outcome.written:
+        print(f"wrote   {args.out / path}")
+    for path in outcome.removed:
+        print(f"removed {args.out / path}")
+    print(
+        f"{len(outcome.written)} written, {len(outcome.removed)} removed,"
+        f" {outcome.unchanged} unchanged"
+    )
+    return EXIT_OK
 
 
 def _server() -> embedded.EmbeddedServer:

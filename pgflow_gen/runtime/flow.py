@@ -12,7 +12,7 @@ between validation and use.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
@@ -24,6 +24,9 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
+_T = TypeVar("_T")
+#: What a handler returns: its output, or an awaitable of it (sync and async handlers alike).
+MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
 StepType = Literal["single", "map"]
 SkipMode = Literal["skip", "skip-cascade", "fail"]
 

@@ -12,13 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = """
-from importlib import resources
-package = resources.files("pgflow_gen")
+import importlib.util
+from pathlib import Path
+# Located without importing it: the wheel is installed without its dependencies.
+package = Path(importlib.util.find_spec("pgflow_gen").submodule_search_locations[0])
 required = [
     "py.typed",
     "runtime/sql/migrations/0001_initial.sql",
     "runtime/sql/source/0141_function_complete_task.sql",
-    "_data/templates/README.md",
+    "_data/templates/flow_module.py.jinja",
     "_data/schemas/README.md",
 ]
 missing = [name for name in required if not package.joinpath(name).is_file()]

@@ -1,0 +1,1 @@
+"""A community-threads app: handlers for the generated communityThreadsV1 flow."""

@@ -1,0 +1,31 @@
+"""Handlers of flow communityThreadsV1, checked by mypy against the generated Protocols."""
+
+from __future__ import annotations
+
+from app.pgflow.community_threads_v1 import (
+    ClassifyOutput,
+    DeliverSlackDeps,
+    Input,
+    ListHelpersDeps,
+    ThankHelpersItem,
+)
+from pgflow_gen.runtime import Context, Json
+
+
+def classify(flow_input: Input, ctx: Context[Input], /) -> ClassifyOutput:
+    text = flow_input["text"].lower()
+    if "help" in text:
+        return {"route": "help"}
+    return {"route": "spam" if "buy now" in text else "other"}
+
+
+async def deliver_slack(deps: DeliverSlackDeps, ctx: Context[Input], /) -> str:
+    return f"posted thread needing help (route {deps['classify']['route']})"
+
+
+def list_helpers(deps: ListHelpersDeps, ctx: Context[Input], /) -> list[str]:
+    return ["ada", "grace"] if deps["classify"]["route"] == "help" else []
+
+
+def thank_helper(item: ThankHelpersItem, ctx: Context[Input], /) -> Json:
+    return f"thanks, {item}!"

@@ -1,0 +1,1 @@
+"""Code generation: validated specs -> view models -> Jinja templates -> files on disk."""

@@ -1,0 +1,160 @@
+"""`pgflow-gen build`: generate every artifact in memory, then write only what changed.
+
+The manifest lists every generated file with its hash, so a later build (or `--check`) knows
+which files are orphans; files the manifest does not list are never touched.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pgflow_gen import naming
+from pgflow_gen.codegen import artifacts, names, views
+from pgflow_gen.spec import loader
+from pgflow_gen.spec.problems import Location, Problem, SpecErrors
+
+
+@dataclass
+class Outcome:
+    """What a build changed (or, with --check, would change)."""
+
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    diffs: list[str] = field(default_factory=list)
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.written or self.removed)
+
+
+def package_for(out: Path, project: Path) -> str:
+    """`app/pgflow` (relative to the project) -> `app.pgflow`."""
+    try:
+        relative = out.resolve().relative_to(project.resolve())
+    except ValueError as exc:
+        raise naming.FlowSpecError(
+            f"Cannot derive a Python package from {out}: it is outside the project.",
+            hint="Pass --package explicitly.",
+        ) from exc
+    parts = relative.parts
+    if not parts or not all(part.isidentifier() for part in parts):
+        raise naming.FlowSpecError(
+            f'"{relative}" is not a Python package path.', hint="Pass --package explicitly."
+        )
+    return ".".join(parts)
+
+
+def display_path(path: Path, project: Path) -> str:
+    try:
+        return path.resolve().relative_to(project.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict[str, str]:
+    """Every generated file, keyed by its path relative to the output directory."""
+    problems: list[Problem] = []
+    loaded = []
+    for path in spec_paths:
+        source = display_path(path, project)
+        try:
+            loaded.append((source, loader.load_file(path, display_name=source)))
+        except SpecErrors as exc:
+            problems.extend(exc.problems)
+    seen: dict[str, str] = {}
+    for source, spec in loaded:
+        for key in (spec.slug.lower(), f"module:{names.snake_case(spec.slug)}"):
+            if key in seen:
+                problems.append(
+                    Problem(
+                        "duplicate_flow",
+                        f'Flow "{spec.slug}" collides with the flow of {seen[key]}.',
+                        Location(source, path="slug"),
+                        detail="Flow slugs must be unique ignoring case, and so must modules.",
+                        hint="Give every concrete flow its own slug.",
+                        flow_slug=spec.slug,
+                    )
+                )
+            seen[key] = source
+    if problems:
+        raise SpecErrors(problems)
+
+    flows = [views.build(spec, source=source, package=package) for source, spec in loaded]
+    sources = _common_source([source for source, _ in loaded])
+    files: dict[str, str] = {}
+    for flow in flows:
+        files.update(artifacts.flow_module(flow))
+        files.update(artifacts.worker_entries(flow))
+        files.update(artifacts.migration(flow))
+    files.update(artifacts.procfile(flows, sources))
+    files.update(artifacts.packages(sources))
+    files[artifacts.MANIFEST] = _manifest(files, sources)
+    return dict(sorted(files.items()))
+
+
+def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
+    """Write changed files and remove orphans (or, with `check`, only describe them)."""
+    outcome = Outcome()
+    previous = _previous_manifest(out)
+    for relative, content in files.items():
+        target = out / relative
+        current = target.read_text(encoding="utf-8") if target.is_file() else None
+        if current == content:
+            outcome.unchanged += 1
+            continue
+        outcome.written.append(relative)
+        outcome.diffs.append(_diff(relative, current, content))
+        if not check:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8", newline="\n")
+    for relative in sorted(set(previous) - set(files)):
+        target = out / relative
+        if target.is_file():
+            outcome.removed.append(relative)
+            outcome.diffs.append(_diff(relative, target.read_text(encoding="utf-8"), None))
+            if not check:
+                target.unlink()
+    return outcome
+
+
+def _manifest(files: dict[str, str], sources: str) -> str:
+    listing = {
+        path: hashlib.sha256(content.encode()).hexdigest()
+        for path, content in sorted(files.items())
+    }
+    document = {
+        "comment": f"Code generated by pgflow-gen from {sources}. DO NOT EDIT.",
+        "files": listing,
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _previous_manifest(out: Path) -> dict[str, str]:
+    path = out / artifacts.MANIFEST
+    try:
+        files = json.loads(path.read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+
+
+def _common_source(sources: list[str]) -> str:
+    folders = {Path(source).parent.as_posix() for source in sources}
+    return ", ".join(sorted(folders)) if folders else "no specs"
+
+
+def _diff(relative: str, before: str | None, after: str | None) -> str:
+    return "".join(
+        difflib.unified_diff(
+            [] if before is None else before.splitlines(keepends=True),
+            [] if after is None else after.splitlines(keepends=True),
+            fromfile=f"a/{relative}" if before is not None else "/dev/null",
+            tofile=f"b/{relative}" if after is not None else "/dev/null",
+        )
+    )

@@ -1,0 +1,388 @@
+"""View models: everything a template prints, computed here so templates decide nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pgflow_gen import naming
+from pgflow_gen.codegen import names
+from pgflow_gen.codegen.types import AliasDecl, Decl, Field, TypeBuilder, TypedDictDecl
+from pgflow_gen.spec import model
+
+
+@dataclass(frozen=True)
+class StepView:
+    slug: str
+    index: int
+    module: str
+    step_type: str
+    dependencies: tuple[str, ...]
+    handler_module: str
+    handler_attr: str
+    output_name: str
+    handler_name: str
+    first_param: str
+    input_annotation: str
+    definition_args: tuple[str, ...]
+    queue_name: str
+    max_concurrent: int
+
+    @property
+    def handler_expression(self) -> str:
+        return f"{self.handler_module}.{self.handler_attr}"
+
+
+@dataclass(frozen=True)
+class FlowView:
+    slug: str
+    module: str
+    source: str
+    queue_mode: str
+    description: str | None
+    package: str
+    steps: tuple[StepView, ...]
+    decls: tuple[tuple[int, Decl], ...]
+    typing_imports: tuple[str, ...]
+    runtime_imports: tuple[str, ...]
+    step_slug_members: tuple[str, ...]
+    all_names: tuple[str, ...]
+    flow_options: str
+    max_concurrent: int
+    shape_json: str
+    route_map_json: str | None
+
+    @property
+    def handler_modules(self) -> tuple[str, ...]:
+        return tuple(sorted({step.handler_module for step in self.steps}))
+
+
+def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
+    builder = TypeBuilder()
+    builder.named("Input", spec.input)
+    index_of = {step.slug: i for i, step in enumerate(spec.steps)}
+    prefixes = [names.pascal_case(step.slug) for step in spec.steps]
+
+    # Output types first: dependents refer to them.
+    for step, prefix in zip(spec.steps, prefixes, strict=True):
+        if step.type == "map":
+            builder.named(f"{prefix}ItemOutput", step.output)
+            builder.declare(AliasDecl(f"{prefix}Output", f"list[{prefix}ItemOutput]"))
+        else:
+            builder.named(f"{prefix}Output", step.output)
+
+    steps = []
+    for index, (step, prefix) in enumerate(zip(spec.steps, prefixes, strict=True)):
+        dependencies = _dependencies(step)
+        if step.type == "map":
+            source_type = _element_type(spec, step, builder, prefixes, index_of)
+            first_param, annotation = "item", source_type
+            output = f"{prefix}ItemOutput"
+        elif dependencies:
+            deps_name = f"{prefix}Deps"
+            _declare_deps(builder, deps_name, dependencies, spec, prefixes, index_of)
+            first_param, annotation, output = "deps", deps_name, f"{prefix}Output"
+        else:
+            first_param, annotation, output = "flow_input", "Input", f"{prefix}Output"
+        module_name, _, attr = step.handler.partition(":")
+        steps.append(
+            StepView(
+                slug=step.slug,
+                index=index,
+                module=names.snake_case(step.slug),
+                step_type=step.type,
+                dependencies=dependencies,
+                handler_module=module_name,
+                handler_attr=attr,
+                output_name=output,
+                handler_name=f"{prefix}Handler",
+                first_param=first_param,
+                input_annotation=annotation,
+                definition_args=_step_definition(step, dependencies),
+                queue_name="",
+                max_concurrent=_max_concurrent(spec, step.slug),
+            )
+        )
+
+    _declare_output(builder, spec, prefixes, index_of)
+    routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
+    steps = [_with_queue(view, route.queue_name) for view, route in zip(steps, routes, strict=True)]
+
+    used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
+        s.input_annotation for s in steps
+    )
+    typing_imports = ["Final", "Literal", "Protocol", "TypedDict"]
+    if any(isinstance(decl, AliasDecl) for decl in builder.decls):
+        typing_imports.append("TypeAlias")
+    if not spec.steps:
+        typing_imports.remove("Literal")
+        typing_imports.append("Never")
+    if "NotRequired[" in used:
+        typing_imports.append("NotRequired")
+    runtime_imports = ["Context", "Flow", "FlowOptions", "Step"]
+    if spec.steps:
+        runtime_imports.append("MaybeAwaitable")
+    if re.search(r"\bJson\b", used):
+        runtime_imports.append("Json")
+    if any(arg.startswith("options=") for s in steps for arg in s.definition_args):
+        runtime_imports.append("StepOptions")
+    if spec.queue_mode == "step":
+        runtime_imports += ["StepQueuedFlow", "with_step_queues"]
+    runtime_imports.append("start_worker")
+
+    shape = {
+        "steps": [json.loads(json.dumps(_shape_step(s, _dependencies(s)))) for s in spec.steps],
+        "options": {
+            "maxAttempts": spec.options.max_attempts,
+            "baseDelay": spec.options.base_delay,
+            "timeout": spec.options.timeout,
+        },
+    }
+    route_map = (
+        [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes]
+        if spec.queue_mode == "step"
+        else None
+    )
+    return FlowView(
+        slug=spec.slug,
+        module=names.snake_case(spec.slug),
+        source=source,
+        queue_mode=spec.queue_mode,
+        description=spec.description,
+        package=package,
+        steps=tuple(steps),
+        decls=_spaced(builder.decls),
+        typing_imports=tuple(sorted(typing_imports)),
+        runtime_imports=tuple(_isort_names(runtime_imports)),
+        step_slug_members=tuple(json.dumps(s.slug) for s in spec.steps),
+        all_names=tuple(
+            _isort_names(
+                [
+                    "FLOW",
+                    *(["STEP_QUEUED_FLOW"] if spec.queue_mode == "step" else []),
+                    "Handlers",
+                    "StepSlug",
+                    *(decl.name for decl in builder.decls),
+                    *(view.handler_name for view in steps),
+                    "start_worker",
+                ]
+            )
+        ),
+        flow_options=(
+            f"FlowOptions(max_attempts={spec.options.max_attempts},"
+            f" base_delay={spec.options.base_delay}, timeout={spec.options.timeout})"
+        ),
+        max_concurrent=spec.workers.max_concurrent,
+        shape_json=json.dumps(shape, indent=2, sort_keys=True),
+        route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
+    )
+
+
+def _dependencies(step: model.StepSpec) -> tuple[str, ...]:
+    if step.type == "map" and step.array is not None:
+        return (step.array,)
+    return tuple(step.depends_on)
+
+
+def _skippable(step: model.StepSpec) -> bool:
+    """Whether the step can be skipped while its dependents still run (plain `skip`)."""
+    has_condition = step.if_ is not None or step.if_not is not None
+    unmet = step.when_unmet or "skip"
+    return (has_condition and unmet == "skip") or step.when_exhausted == "skip"
+
+
+def _may_vanish(step: model.StepSpec) -> bool:
+    """Whether the step can end skipped in any way (then a leaf's output is absent)."""
+    has_condition = step.if_ is not None or step.if_not is not None
+    return (
+        has_condition and (step.when_unmet or "skip") != "fail"
+    ) or step.when_exhausted != "fail"
+
+
+def _cascades(step: model.StepSpec) -> bool:
+    has_condition = step.if_ is not None or step.if_not is not None
+    return (has_condition and step.when_unmet == "skip-cascade") or (
+        step.when_exhausted == "skip-cascade"
+    )
+
+
+def _element_type(
+    spec: model.FlowSpec,
+    step: model.StepSpec,
+    builder: TypeBuilder,
+    prefixes: list[str],
+    index_of: dict[str, int],
+) -> str:
+    prefix = prefixes[index_of[step.slug]]
+    if step.array is None:
+        schema = spec.input
+    else:
+        source = spec.steps[index_of[step.array]]
+        if source.type == "map":
+            return f"{prefixes[index_of[source.slug]]}ItemOutput"
+        schema = source.output
+    if schema is None or schema.items is None:
+        return "Json"
+    builder.named(f"{prefix}Item", schema.items)
+    return f"{prefix}Item"
+
+
+def _declare_deps(
+    builder: TypeBuilder,
+    name: str,
+    dependencies: tuple[str, ...],
+    spec: model.FlowSpec,
+    prefixes: list[str],
+    index_of: dict[str, int],
+) -> None:
+    builder.declare(
+        TypedDictDecl(
+            name,
+            tuple(
+                Field(
+                    dep,
+                    f"{prefixes[index_of[dep]]}Output",
+                    not _skippable(spec.steps[index_of[dep]]),
+                )
+                for dep in dependencies
+            ),
+        )
+    )
+
+
+def _declare_output(
+    builder: TypeBuilder, spec: model.FlowSpec, prefixes: list[str], index_of: dict[str, int]
+) -> None:
+    has_dependents = {dep for step in spec.steps for dep in _dependencies(step)}
+    fields = tuple(
+        Field(
+            step.slug,
+            f"{prefixes[index]}Output",
+            not (_may_vanish(step) or _ancestor_cascades(spec, step, index_of)),
+        )
+        for index, step in enumerate(spec.steps)
+        if step.slug not in has_dependents
+    )
+    builder.declare(TypedDictDecl("Output", fields))
+
+
+def _ancestor_cascades(
+    spec: model.FlowSpec, step: model.StepSpec, index_of: dict[str, int]
+) -> bool:
+    pending = list(_dependencies(step))
+    seen: set[str] = set()
+    while pending:
+        slug = pending.pop()
+        if slug in seen:
+            continue
+        seen.add(slug)
+        ancestor = spec.steps[index_of[slug]]
+        if _cascades(ancestor):
+            return True
+        pending.extend(_dependencies(ancestor))
+    return False
+
+
+def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
+    override = spec.workers.steps.get(step_slug)
+    if override is not None and override.max_concurrent is not None:
+        return override.max_concurrent
+    return spec.workers.max_concurrent
+
+
+def _with_queue(view: StepView, queue: str) -> StepView:
+    return StepView(**{**view.__dict__, "queue_name": queue})
+
+
+def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
+    def pattern(value: dict[str, Any] | None) -> dict[str, Any]:
+        return {"defined": False} if value is None else {"defined": True, "value": value}
+
+    options = {
+        key: value
+        for key, value in (
+            ("maxAttempts", step.options.max_attempts),
+            ("baseDelay", step.options.base_delay),
+            ("timeout", step.options.timeout),
+            ("startDelay", step.options.start_delay),
+        )
+        if value is not None
+    }
+    return {
+        "slug": step.slug,
+        "stepType": step.type,
+        "dependencies": sorted(dependencies),
+        "whenUnmet": step.when_unmet or "skip",
+        "whenExhausted": step.when_exhausted,
+        "requiredInputPattern": pattern(step.if_),
+        "forbiddenInputPattern": pattern(step.if_not),
+        **({"options": options} if options else {}),
+    }
+
+
+def _step_definition(step: model.StepSpec, dependencies: tuple[str, ...]) -> tuple[str, ...]:
+    """The keyword arguments of this step's `Step(...)` call, one per line in the output."""
+    args = [f"slug={json.dumps(step.slug)}"]
+    if step.type != "single":
+        args.append(f"step_type={json.dumps(step.type)}")
+    if dependencies:
+        quoted = [json.dumps(d) for d in dependencies]
+        inner = f"{quoted[0]}," if len(quoted) == 1 else ", ".join(quoted)
+        args.append(f"dependencies=({inner})")
+    if step.when_unmet not in (None, "skip"):
+        args.append(f"when_unmet={json.dumps(step.when_unmet)}")
+    if step.when_exhausted != "fail":
+        args.append(f"when_exhausted={json.dumps(step.when_exhausted)}")
+    if step.if_ is not None:
+        args.append(f"required_input_pattern={_python_value(step.if_)}")
+    if step.if_not is not None:
+        args.append(f"forbidden_input_pattern={_python_value(step.if_not)}")
+    options = [
+        f"{key}={value}" for key, value in step.options.model_dump().items() if value is not None
+    ]
+    if options:
+        args.append(f"options=StepOptions({', '.join(options)})")
+    return tuple(args)
+
+
+def _python_value(value: Any) -> str:
+    """A JSON value as a Python literal (true/false/null spelled the Python way)."""
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(f"{json.dumps(k)}: {_python_value(v)}" for k, v in value.items()) + "}"
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(_python_value(v) for v in value) + "]"
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _decl_text(decl: Decl) -> str:
+    if isinstance(decl, AliasDecl):
+        return decl.annotation
+    return " ".join(f.rendered for f in decl.fields)
+
+
+def _isort_names(items: list[str]) -> list[str]:
+    """The order ruff's isort gives imported names: CONSTANTS, Classes, functions."""
+
+    def key(name: str) -> tuple[int, str]:
+        if name.isupper():
+            return (0, name)
+        return (1, name) if name[0].isupper() else (2, name)
+
+    return sorted(items, key=key)
+
+
+def _spaced(decls: list[Decl]) -> tuple[tuple[int, Decl], ...]:
+    """Each declaration with the blank lines before it: two around classes, one between aliases."""
+    spaced = []
+    previous_is_class = False
+    for decl in decls:
+        is_class = isinstance(decl, TypedDictDecl) and decl.class_syntax
+        spaced.append((2 if is_class or previous_is_class else 1, decl))
+        previous_is_class = is_class
+    return tuple(spaced)

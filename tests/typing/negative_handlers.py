@@ -1,0 +1,39 @@
+"""Mistakes the generated types must catch. Each marked line MUST be a mypy error: the run uses
+--warn-unused-ignores, so an ignore that is not needed (a mistake mypy missed) fails the test.
+Checked against examples/community_threads by tests/golden/test_typing.py; never executed."""
+
+from __future__ import annotations
+
+from app.pgflow.community_threads_v1 import (
+    FLOW,
+    STEP_QUEUED_FLOW,
+    ClassifyHandler,
+    ClassifyOutput,
+    DeliverSlackHandler,
+    Handlers,
+    Input,
+)
+
+from pgflow_gen.runtime import Context, start_worker
+
+
+def returns_wrong_type(flow_input: Input, ctx: Context[Input], /) -> int:
+    return 1
+
+
+def takes_wrong_input(flow_input: str, ctx: Context[Input], /) -> ClassifyOutput:
+    return {"route": "help"}
+
+
+def returns_unknown_route(flow_input: Input, ctx: Context[Input], /) -> ClassifyOutput:
+    return {"route": "maybe"}  # type: ignore[typeddict-item]
+
+
+def never_called() -> None:
+    wrong_output: ClassifyHandler = returns_wrong_type  # type: ignore[assignment]
+    wrong_input: ClassifyHandler = takes_wrong_input  # type: ignore[assignment]
+    deps_mismatch: DeliverSlackHandler = takes_wrong_input  # type: ignore[assignment]
+    start_worker(STEP_QUEUED_FLOW, step_slug="nope", handler=wrong_output)  # type: ignore[misc]
+    start_worker(FLOW, step_slug="classify", handler=wrong_output)  # type: ignore[call-overload]
+    missing: Handlers = {"classify": wrong_output}  # type: ignore[typeddict-item]
+    print(wrong_input, deps_mismatch, missing)
