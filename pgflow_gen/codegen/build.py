@@ -99,9 +99,10 @@ def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict
 
 
 def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
-    """Write changed files and remove orphans (or, with `check`, only describe them)."""
+    """Write changed files and remove orphans (or, with `check`, only describe them as diffs)."""
     outcome = Outcome()
     previous = _previous_manifest(out)
+    to_write: list[tuple[Path, str]] = []
     for relative, content in files.items():
         target = out / relative
         current = target.read_text(encoding="utf-8") if target.is_file() else None
@@ -109,18 +110,27 @@ def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
             outcome.unchanged += 1
             continue
         outcome.written.append(relative)
-        outcome.diffs.append(_diff(relative, current, content))
-        if not check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8", newline="\n")
+        if check:
+            outcome.diffs.append(_diff(relative, current, content))
+        else:
+            to_write.append((target, content))
     for relative in sorted(set(previous) - set(files)):
         target = out / relative
         if target.is_file():
             outcome.removed.append(relative)
-            outcome.diffs.append(_diff(relative, target.read_text(encoding="utf-8"), None))
-            if not check:
+            if check:
+                outcome.diffs.append(_diff(relative, target.read_text(encoding="utf-8"), None))
+            else:
                 target.unlink()
+    _write_all(to_write)
     return outcome
+
+
+def _write_all(files: list[tuple[Path, str]]) -> None:
+    for folder in sorted({path.parent for path, _ in files}):
+        folder.mkdir(parents=True, exist_ok=True)
+    for path, content in files:
+        path.write_text(content, encoding="utf-8", newline="\n")
 
 
 def _manifest(files: dict[str, str], sources: str) -> str:

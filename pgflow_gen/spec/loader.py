@@ -12,7 +12,6 @@ from typing import Any
 
 import pydantic
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from pgflow_gen.spec import checks, model
@@ -38,7 +37,7 @@ def load_file(path: Path, *, display_name: str | None = None) -> model.FlowSpec:
 
 def load_text(text: str, file: str) -> model.FlowSpec:
     """Load and validate spec text; `file` names it in error locations."""
-    yaml = YAML(typ="rt")
+    yaml = YAML(typ="safe", pure=False)  # the C loader when ruamel.yaml.clib is installed
     yaml.allow_duplicate_keys = False
     try:
         data = yaml.load(io.StringIO(text))
@@ -54,8 +53,8 @@ def load_text(text: str, file: str) -> model.FlowSpec:
     except YAMLError as exc:  # errors without a position
         raise SpecErrors([Problem("yaml_syntax", f"YAML error: {exc}.", Location(file))]) from exc
 
-    locator = Locator(file, data)
-    if not isinstance(data, CommentedMap):
+    locator = Locator(file, text)
+    if not isinstance(data, dict):
         raise SpecErrors(
             [
                 Problem(
@@ -69,14 +68,14 @@ def load_text(text: str, file: str) -> model.FlowSpec:
     try:
         spec = model.FlowSpec.model_validate(plain(data))
     except pydantic.ValidationError as exc:
-        raise SpecErrors([_schema_problem(error, locator, data) for error in exc.errors()]) from exc
+        raise SpecErrors([_schema_problem(error, locator) for error in exc.errors()]) from exc
     problems = checks.check(spec, locator)
     if problems:
         raise SpecErrors(problems)
     return spec
 
 
-def _schema_problem(error: Any, locator: Locator, data: Any) -> Problem:
+def _schema_problem(error: Any, locator: Locator) -> Problem:
     keys = tuple(k for k in error["loc"] if isinstance(k, str | int))
     location = locator.at(keys)
     kind = error["type"]

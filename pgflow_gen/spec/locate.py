@@ -4,20 +4,38 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
 
 from pgflow_gen.spec.problems import Location
 
 
-@dataclass(frozen=True)
 class Locator:
-    """Turns a key path such as ("steps", 2, "handler") into a file location."""
+    """Turns a key path such as ("steps", 2, "handler") into a file location.
 
-    file: str
-    root: Any
+    Positions come from ruamel's round-trip parser, which is several times slower than the C
+    loader used for the data itself, so the text is parsed for positions only when a problem
+    needs one (valid specs never pay for it).
+    """
+
+    def __init__(self, file: str, text: str) -> None:
+        self.file = file
+        self._text = text
+        self._root: Any = None
+        self._parsed = False
+
+    @property
+    def root(self) -> Any:
+        if not self._parsed:
+            self._parsed = True
+            try:
+                self._root = YAML(typ="rt").load(self._text)
+            except YAMLError:  # positions are a courtesy; the data was already loaded
+                self._root = None
+        return self._root
 
     def at(self, keys: Sequence[str | int]) -> Location:
         node = self.root
