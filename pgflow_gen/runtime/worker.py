@@ -37,7 +37,8 @@ def start_worker(
 def start_worker(
     flow: Flow[StepSlugT, InputT, OutputT],
     *,
-    handlers: Mapping[StepSlugT, Handler],
+    # The generated `Handlers` TypedDict (one typed handler per step) is what callers pass.
+    handlers: Mapping[str, object],
     database_url: str | None = None,
     max_concurrent: int | None = None,
     batch_size: int | None = None,
@@ -52,7 +53,7 @@ def start_worker(
     *,
     step_slug: str | None = None,
     handler: Handler | None = None,
-    handlers: Mapping[Any, Handler] | None = None,
+    handlers: Mapping[str, object] | None = None,
     database_url: str | None = None,
     max_concurrent: int | None = None,
     batch_size: int | None = None,

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "golden" / "cases"
-EXAMPLE = ROOT / "examples" / "community_threads"
+EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "app").is_dir())
+NEGATIVE_EXAMPLE = ROOT / "examples" / "community_threads"
 
 
 def mypy(*args: str, cwd: Path, mypypath: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,10 +48,19 @@ def test_golden_flow_modules_pass_mypy_strict(
 
 
 @pytest.mark.slow
-def test_the_example_and_the_negative_snippets_type_check_as_expected() -> None:
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_each_example_passes_mypy_strict(example: Path) -> None:
+    extra = (
+        [str(ROOT / "tests" / "typing" / "negative_handlers.py")]
+        if example == NEGATIVE_EXAMPLE
+        else []
+    )
     result = mypy(
-        "--config-file", os.devnull, "--warn-unused-ignores",
-        "app", str(ROOT / "tests" / "typing" / "negative_handlers.py"),
-        cwd=EXAMPLE, mypypath=EXAMPLE,
+        "--config-file", os.devnull, "--warn-unused-ignores", "app", *extra,
+        cwd=example, mypypath=example,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout
+
+
+def test_the_negative_snippets_target_an_example() -> None:
+    assert NEGATIVE_EXAMPLE in EXAMPLES

@@ -1,0 +1,1 @@
+"""A content pipeline app: handlers for the generated contentPipelineV1 flow."""

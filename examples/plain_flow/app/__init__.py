@@ -1,0 +1,1 @@
+"""A greeting app: handlers for the generated greetUser flow."""
