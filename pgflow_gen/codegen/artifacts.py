@@ -14,6 +14,8 @@ def flow_module(flow: FlowView) -> dict[str, str]:
 
 
 def worker_entries(flow: FlowView) -> dict[str, str]:
+    if not flow.steps:  # nothing to run: a run of an empty flow completes when it starts
+        return {}
     folder = f"workers/{flow.module}"
     files = {
         f"{folder}/__init__.py": templates.render(
@@ -37,6 +39,8 @@ def migration(flow: FlowView) -> dict[str, str]:
 
 
 def procfile_lines(flow: FlowView) -> list[str]:
+    if not flow.steps:
+        return []
     prefix = f"python -m {flow.package}.workers.{flow.module}"
     if flow.queue_mode == "step":
         return [f"{flow.slug}.{step.slug}: {prefix}.{step.module}" for step in flow.steps]

@@ -39,7 +39,7 @@ class TypedDictDecl:
     @property
     def class_syntax(self) -> bool:
         """Class syntax needs identifier keys; others use the functional form."""
-        return bool(self.fields) and all(names.is_identifier(f.key) for f in self.fields)
+        return all(names.is_identifier(f.key) for f in self.fields)
 
 
 @dataclass(frozen=True)

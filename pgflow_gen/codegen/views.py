@@ -45,6 +45,7 @@ class FlowView:
     package: str
     steps: tuple[StepView, ...]
     decls: tuple[tuple[int, Decl], ...]
+    handlers: TypedDictDecl
     typing_imports: tuple[str, ...]
     runtime_imports: tuple[str, ...]
     step_slug_members: tuple[str, ...]
@@ -113,7 +114,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
         s.input_annotation for s in steps
     )
-    typing_imports = ["Final", "Literal", "Protocol", "TypedDict"]
+    typing_imports = ["Final", "Literal", "TypedDict"]
+    if spec.steps:
+        typing_imports.append("Protocol")
     if any(isinstance(decl, AliasDecl) for decl in builder.decls):
         typing_imports.append("TypeAlias")
     if not spec.steps:
@@ -121,9 +124,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         typing_imports.append("Never")
     if "NotRequired[" in used:
         typing_imports.append("NotRequired")
-    runtime_imports = ["Context", "Flow", "FlowOptions", "Step"]
+    runtime_imports = ["Flow", "FlowOptions"]
     if spec.steps:
-        runtime_imports.append("MaybeAwaitable")
+        runtime_imports += ["Context", "MaybeAwaitable", "Step"]
     if re.search(r"\bJson\b", used):
         runtime_imports.append("Json")
     if any(arg.startswith("options=") for s in steps for arg in s.definition_args):
@@ -154,6 +157,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         package=package,
         steps=tuple(steps),
         decls=_spaced(builder.decls),
+        handlers=TypedDictDecl(
+            "Handlers", tuple(Field(view.slug, view.handler_name, True) for view in steps)
+        ),
         typing_imports=tuple(sorted(typing_imports)),
         runtime_imports=tuple(_isort_names(runtime_imports)),
         step_slug_members=tuple(json.dumps(s.slug) for s in spec.steps),
