@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import psycopg
 
 from pgflow_gen import naming
 from pgflow_gen.codegen import build as build_module
+from pgflow_gen.codegen import graph as graph_module
 from pgflow_gen.runtime import database, embedded, errors, migrations
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
@@ -57,13 +59,23 @@ def _parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_validate)
 
     build = commands.add_parser("build", help="generate typed modules, workers and migrations")
-    build.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
-    build.add_argument("--out", type=Path, required=True, help="output folder, e.g. app/pgflow")
+    build.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="spec files or folders (default: [tool.pgflow-gen] specs)",
+    )
+    build.add_argument("--out", type=Path, help="output folder, e.g. app/pgflow (or config `out`)")
     build.add_argument("--package", help="Python package of --out (default: derived from its path)")
     build.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 with a diff when stale"
     )
     build.set_defaults(handler=_build)
+
+    graph = commands.add_parser("graph", help="print a flow's DAG (Mermaid or Graphviz DOT)")
+    graph.add_argument("path", type=Path, help="a spec file")
+    graph.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    graph.set_defaults(handler=_graph)
 
     db = commands.add_parser("db", help="manage the database: embedded server, PGMQ, engine")
     db_commands = db.add_subparsers(title="db commands")
@@ -134,11 +146,32 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_USAGE
 
 
+def _project_config(project: Path) -> dict[str, Any]:
+    """`[tool.pgflow-gen]` of the project's pyproject.toml (specs, out, package), if any."""
+    path = project / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    with path.open("rb") as handle:
+        config = tomllib.load(handle).get("tool", {}).get("pgflow-gen", {})
+    return config if isinstance(config, dict) else {}
+
+
 def _build(args: argparse.Namespace) -> int:
-    files = _spec_files(args.paths)
     project = Path.cwd()
+    config = _project_config(project)
+    paths = args.paths or [Path(p) for p in config.get("specs", [])]
+    out = args.out or (Path(config["out"]) if "out" in config else None)
+    if not paths or out is None:
+        print(
+            "error: pass spec paths and --out, or set `specs` and `out` under [tool.pgflow-gen]"
+            " in pyproject.toml",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    args.out = out
+    files = _spec_files(paths)
     try:
-        package = args.package or build_module.package_for(args.out, project)
+        package = args.package or config.get("package") or build_module.package_for(out, project)
         generated = build_module.generate(files, package=package, project=project)
     except problems_module.SpecErrors as exc:
         for problem in exc.problems:
@@ -167,6 +200,17 @@ def _build(args: argparse.Namespace) -> int:
         f"{len(outcome.written)} written, {len(outcome.removed)} removed,"
         f" {outcome.unchanged} unchanged"
     )
+    return EXIT_OK
+
+
+def _graph(args: argparse.Namespace) -> int:
+    try:
+        spec = loader.load_file(args.path, display_name=_display(args.path))
+    except problems_module.SpecErrors as exc:
+        for problem in exc.problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(graph_module.render(spec, args.format))
     return EXIT_OK
 
 

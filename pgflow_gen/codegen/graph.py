@@ -1,0 +1,54 @@
+"""`pgflow-gen graph`: a flow's DAG as Mermaid or Graphviz DOT, with conditions and queues."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pgflow_gen import naming
+from pgflow_gen.spec import model
+
+GraphFormat = Literal["mermaid", "dot"]
+
+
+def render(spec: model.FlowSpec, graph_format: GraphFormat) -> str:
+    routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
+    nodes = []
+    for step, route in zip(spec.steps, routes, strict=True):
+        lines = [f"{step.slug} ({step.type})", f"queue: {route.queue_name}"]
+        if step.if_ is not None:
+            lines.append(f"if: {_compact(step.if_)}")
+        if step.if_not is not None:
+            lines.append(f"if_not: {_compact(step.if_not)}")
+        if step.if_ is not None or step.if_not is not None:
+            lines.append(f"when_unmet: {step.when_unmet or 'skip'}")
+        if step.when_exhausted != "fail":
+            lines.append(f"when_exhausted: {step.when_exhausted}")
+        dependencies = [step.array] if step.type == "map" and step.array else step.depends_on
+        nodes.append((step.slug, lines, list(dependencies)))
+    return _mermaid(spec, nodes) if graph_format == "mermaid" else _dot(spec, nodes)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _mermaid(spec: model.FlowSpec, nodes: list[tuple[str, list[str], list[str]]]) -> str:
+    out = [f"%% flow {spec.slug} (queue mode: {spec.queue_mode})", "flowchart TD"]
+    for slug, lines, _ in nodes:
+        label = "<br/>".join(line.replace('"', "#quot;") for line in lines)
+        out.append(f'  {slug}["{label}"]')
+    for slug, _, dependencies in nodes:
+        out.extend(f"  {dep} --> {slug}" for dep in dependencies)
+    return "\n".join(out) + "\n"
+
+
+def _dot(spec: model.FlowSpec, nodes: list[tuple[str, list[str], list[str]]]) -> str:
+    out = [f'digraph "{spec.slug}" {{', "  rankdir=TB;", "  node [shape=box];"]
+    for slug, lines, _ in nodes:
+        label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines)
+        out.append(f'  "{slug}" [label="{label}"];')
+    for slug, _, dependencies in nodes:
+        out.extend(f'  "{dep}" -> "{slug}";' for dep in dependencies)
+    out.append("}")
+    return "\n".join(out) + "\n"

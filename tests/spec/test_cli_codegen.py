@@ -1,0 +1,115 @@
+"""`pgflow-gen validate`, `build` and `graph` as a user runs them: exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pgflow_gen import cli
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "community_threads"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(EXAMPLE / "flows", tmp_path / "flows")
+    (tmp_path / "app").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_validate_exits_0_for_valid_specs(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["validate", "flows"]) == cli.EXIT_OK
+    assert "1 spec file(s) valid" in capsys.readouterr().out
+
+
+def test_validate_exits_2_and_reports_json(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / "flows" / "bad.yaml").write_text("slug: bad__slug\nsteps: []\n")
+    assert cli.main(["validate", "flows", "--format", "json"]) == cli.EXIT_USAGE
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    [error] = report["errors"]
+    assert (error["code"], error["file"], error["line"], error["path"]) == (
+        "invalid_slug",
+        "flows/bad.yaml",
+        1,
+        "slug",
+    )
+    assert set(error) == {
+        "code",
+        "file",
+        "line",
+        "column",
+        "path",
+        "flow_slug",
+        "step_slug",
+        "step_index",
+        "message",
+        "detail",
+        "hint",
+    }
+
+
+def test_build_then_check_is_current(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_OK
+    assert (project / "app" / "pgflow" / "community_threads_v1.py").is_file()
+    assert cli.main(["build", "flows", "--out", "app/pgflow", "--check"]) == cli.EXIT_OK
+
+
+def test_check_exits_1_with_a_diff_when_stale(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.main(["build", "flows", "--out", "app/pgflow"])
+    procfile = project / "app" / "pgflow" / "Procfile"
+    procfile.write_text(procfile.read_text() + "extra: line\n")
+    capsys.readouterr()
+    assert cli.main(["build", "flows", "--out", "app/pgflow", "--check"]) == cli.EXIT_FAILURE
+    out = capsys.readouterr().out
+    assert "--- a/Procfile" in out
+    assert "-extra: line" in out
+    assert procfile.read_text().endswith("extra: line\n")
+
+
+def test_build_exits_2_on_invalid_specs_and_writes_nothing(project: Path) -> None:
+    (project / "flows" / "bad.yaml").write_text(
+        "slug: fine\nsteps:\n  - {slug: a, handler: nope}\n"
+    )
+    assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_USAGE
+    assert not (project / "app" / "pgflow").exists()
+
+
+def test_build_reads_its_defaults_from_pyproject(project: Path) -> None:
+    (project / "pyproject.toml").write_text(
+        '[tool.pgflow-gen]\nspecs = ["flows"]\nout = "app/pgflow"\n'
+    )
+    assert cli.main(["build"]) == cli.EXIT_OK
+    assert (project / "app" / "pgflow" / "Procfile").is_file()
+
+
+def test_build_without_paths_or_config_is_a_usage_error(project: Path) -> None:
+    assert cli.main(["build"]) == cli.EXIT_USAGE
+
+
+def test_graph_prints_mermaid_with_queues_and_conditions(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["graph", "flows/community_threads.yaml"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith("%% flow communityThreadsV1 (queue mode: step)\nflowchart TD\n")
+    assert "queue: communitythreadsv1__deliverslack" in out
+    assert "when_unmet: skip" in out
+    assert "  classify --> deliverSlack\n" in out
+
+
+def test_graph_prints_dot(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["graph", "--format", "dot", "flows/community_threads.yaml"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith('digraph "communityThreadsV1" {')
+    assert '"listHelpers" -> "thankHelpers";' in out
