@@ -213,6 +213,16 @@ def _schema_problems(
                 hint=f"Defined: {', '.join(definitions) or '(none)'}.",
                 step=step,
             )
+        literals = list(node.enum or []) + ([node.const] if "const" in node.model_fields_set else [])
+        for value in literals:
+            if not (value is None or isinstance(value, bool | int | str)):
+                yield problem(
+                    "unsupported_literal",
+                    f"{value!r} cannot be a Literal value.",
+                    (*at, "enum" if value in (node.enum or []) else "const"),
+                    hint="enum and const values must be strings, integers, booleans or null.",
+                    step=step,
+                )
         for name in node.required or []:
             if node.properties is None or name not in node.properties:
                 yield problem(

@@ -251,3 +251,8 @@ def test_errors_render_like_a_compiler() -> None:
         "flows/f.yaml:3:15: error[invalid_handler_path] (steps[0].handler):"
         " Invalid handler path 'nope'."
     )
+
+
+def test_enum_values_must_be_literal_types() -> None:
+    problem = only("slug: f\ninput: {enum: [1.5, a]}\n")
+    assert (problem.code, problem.location.path) == ("unsupported_literal", "input.enum")
