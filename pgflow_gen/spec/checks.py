@@ -213,7 +213,9 @@ def _schema_problems(
                 hint=f"Defined: {', '.join(definitions) or '(none)'}.",
                 step=step,
             )
-        literals = list(node.enum or []) + ([node.const] if "const" in node.model_fields_set else [])
+        literals = list(node.enum or []) + (
+            [node.const] if "const" in node.model_fields_set else []
+        )
         for value in literals:
             if not (value is None or isinstance(value, bool | int | str)):
                 yield problem(
