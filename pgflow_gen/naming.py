@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from pgflow_gen.errors import PgflowError
+
 MAX_PGMQ_QUEUE_NAME_LENGTH = 47
 MAX_SLUG_LENGTH = 128
 RESERVED_SLUGS = frozenset({"run"})
@@ -27,8 +29,9 @@ QUEUE_MODES: tuple[QueueMode, ...] = ("flow", "step")
 _SLUG_CHARACTERS = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-class FlowSpecError(Exception):
-    """Base of every error about a flow definition: a code, a message, a detail and a hint."""
+class FlowSpecError(PgflowError):
+    """Base of every error about a flow definition: a code, a message, a detail and a hint, and
+    where it applies the flow, step and step index."""
 
     code: ClassVar[str] = "flow_spec_error"
 
@@ -42,21 +45,10 @@ class FlowSpecError(Exception):
         step_slug: str | None = None,
         step_index: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
-        self.hint = hint
+        super().__init__(message, detail=detail, hint=hint)
         self.flow_slug = flow_slug
         self.step_slug = step_slug
         self.step_index = step_index
-
-    def __str__(self) -> str:
-        parts = [self.message]
-        if self.detail:
-            parts.append(f"DETAIL: {self.detail}")
-        if self.hint:
-            parts.append(f"HINT: {self.hint}")
-        return "\n".join(parts)
 
 
 class InvalidSlugError(FlowSpecError):

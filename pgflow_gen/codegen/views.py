@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgflow_gen import naming
+from pgflow_gen import shape as shapes
 from pgflow_gen.codegen import names
 from pgflow_gen.codegen.types import AliasDecl, Decl, Field, TypeBuilder, TypedDictDecl
 from pgflow_gen.spec import model
@@ -135,14 +136,12 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
     runtime_imports.append("start_worker")
 
-    shape = {
-        "steps": [json.loads(json.dumps(_shape_step(s, _dependencies(s)))) for s in spec.steps],
-        "options": {
-            "maxAttempts": spec.options.max_attempts,
-            "baseDelay": spec.options.base_delay,
-            "timeout": spec.options.timeout,
-        },
-    }
+    flow_shape = shapes.flow(
+        [_shape_step(s, _dependencies(s)) for s in spec.steps],
+        max_attempts=spec.options.max_attempts,
+        base_delay=spec.options.base_delay,
+        timeout=spec.options.timeout,
+    )
     route_map = (
         [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes]
         if spec.queue_mode == "step"
@@ -181,7 +180,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             f" base_delay={spec.options.base_delay}, timeout={spec.options.timeout})"
         ),
         max_concurrent=spec.workers.max_concurrent,
-        shape_json=json.dumps(shape, indent=2, sort_keys=True),
+        shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),
         route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
     )
 
@@ -303,29 +302,16 @@ def _with_queue(view: StepView, queue: str) -> StepView:
 
 
 def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
-    def pattern(value: dict[str, Any] | None) -> dict[str, Any]:
-        return {"defined": False} if value is None else {"defined": True, "value": value}
-
-    options = {
-        key: value
-        for key, value in (
-            ("maxAttempts", step.options.max_attempts),
-            ("baseDelay", step.options.base_delay),
-            ("timeout", step.options.timeout),
-            ("startDelay", step.options.start_delay),
-        )
-        if value is not None
-    }
-    return {
-        "slug": step.slug,
-        "stepType": step.type,
-        "dependencies": sorted(dependencies),
-        "whenUnmet": step.when_unmet or "skip",
-        "whenExhausted": step.when_exhausted,
-        "requiredInputPattern": pattern(step.if_),
-        "forbiddenInputPattern": pattern(step.if_not),
-        **({"options": options} if options else {}),
-    }
+    return shapes.step(
+        slug=step.slug,
+        step_type=step.type,
+        dependencies=dependencies,
+        when_unmet=step.when_unmet or "skip",
+        when_exhausted=step.when_exhausted,
+        required_input_pattern=step.if_,
+        forbidden_input_pattern=step.if_not,
+        **step.options.model_dump(),
+    )
 
 
 def _step_definition(step: model.StepSpec, dependencies: tuple[str, ...]) -> tuple[str, ...]:

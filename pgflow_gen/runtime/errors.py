@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
+from pgflow_gen.errors import PgflowError
 
-class PgflowError(Exception):
-    """Base of every error pgflow-gen raises on purpose."""
-
-    code = "pgflow_error"
-
-    def __init__(self, message: str, *, detail: str | None = None, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
-        self.hint = hint
-
-    def __str__(self) -> str:
-        parts = [self.message]
-        if self.detail:
-            parts.append(f"DETAIL: {self.detail}")
-        if self.hint:
-            parts.append(f"HINT: {self.hint}")
-        return "\n".join(parts)
+__all__ = ["ConfigError", "DatabaseError", "MigrationError", "PgflowError"]
 
 
 class ConfigError(PgflowError):

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from pgflow_gen import naming
+from pgflow_gen import shape as shapes
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
@@ -37,14 +38,6 @@ def _frozen(value: Any) -> Any:
         return MappingProxyType({str(k): _frozen(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(_frozen(v) for v in value)
-    return value
-
-
-def _thawed(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _thawed(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_thawed(v) for v in value]
     return value
 
 
@@ -85,32 +78,19 @@ class Step:
 
     def shape(self) -> dict[str, Any]:
         """This step in the shape format of `pgflow.ensure_flow_compiled`."""
-
-        def pattern(value: Mapping[str, Any] | None) -> dict[str, Any]:
-            return (
-                {"defined": False} if value is None else {"defined": True, "value": _thawed(value)}
-            )
-
-        options = {
-            key: value
-            for key, value in (
-                ("maxAttempts", self.options.max_attempts),
-                ("baseDelay", self.options.base_delay),
-                ("timeout", self.options.timeout),
-                ("startDelay", self.options.start_delay),
-            )
-            if value is not None
-        }
-        return {
-            "slug": self.slug,
-            "stepType": self.step_type,
-            "dependencies": sorted(self.dependencies),
-            "whenUnmet": self.when_unmet,
-            "whenExhausted": self.when_exhausted,
-            "requiredInputPattern": pattern(self.required_input_pattern),
-            "forbiddenInputPattern": pattern(self.forbidden_input_pattern),
-            **({"options": options} if options else {}),
-        }
+        return shapes.step(
+            slug=self.slug,
+            step_type=self.step_type,
+            dependencies=self.dependencies,
+            when_unmet=self.when_unmet,
+            when_exhausted=self.when_exhausted,
+            required_input_pattern=self.required_input_pattern,
+            forbidden_input_pattern=self.forbidden_input_pattern,
+            max_attempts=self.options.max_attempts,
+            base_delay=self.options.base_delay,
+            timeout=self.options.timeout,
+            start_delay=self.options.start_delay,
+        )
 
 
 @dataclass(frozen=True)
@@ -135,14 +115,12 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
 
     def shape(self) -> dict[str, Any]:
         """The complete shape for `pgflow.ensure_flow_compiled` (options included, not compared)."""
-        return {
-            "steps": [step.shape() for step in self.steps],
-            "options": {
-                "maxAttempts": self.options.max_attempts,
-                "baseDelay": self.options.base_delay,
-                "timeout": self.options.timeout,
-            },
-        }
+        return shapes.flow(
+            [step.shape() for step in self.steps],
+            max_attempts=self.options.max_attempts,
+            base_delay=self.options.base_delay,
+            timeout=self.options.timeout,
+        )
 
     def shape_json(self) -> str:
         return json.dumps(self.shape(), sort_keys=True, separators=(",", ":"))

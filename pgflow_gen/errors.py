@@ -1,0 +1,25 @@
+"""The base of every error pgflow-gen raises on purpose: a message, and optionally a detail and a
+hint, as PostgreSQL reports errors. Spec errors (`naming.FlowSpecError`) and runtime errors
+(`runtime.errors`) build on it."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PgflowError(Exception):
+    code: ClassVar[str] = "pgflow_error"
+
+    def __init__(self, message: str, *, detail: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.detail:
+            parts.append(f"DETAIL: {self.detail}")
+        if self.hint:
+            parts.append(f"HINT: {self.hint}")
+        return "\n".join(parts)

@@ -1,0 +1,67 @@
+"""The flow shape: the structure `pgflow.ensure_flow_compiled` compares, built in one place for
+the runtime (workers send it) and the code generator (flow migrations embed it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def pattern(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A condition pattern: SQL NULL (absent) and JSON null stay distinguishable."""
+    return {"defined": False} if value is None else {"defined": True, "value": _plain(value)}
+
+
+def step(
+    *,
+    slug: str,
+    step_type: str,
+    dependencies: Sequence[str],
+    when_unmet: str,
+    when_exhausted: str,
+    required_input_pattern: Mapping[str, Any] | None,
+    forbidden_input_pattern: Mapping[str, Any] | None,
+    max_attempts: int | None = None,
+    base_delay: int | None = None,
+    timeout: int | None = None,
+    start_delay: int | None = None,
+) -> dict[str, Any]:
+    """One step of the shape; options only when set (they are not compared)."""
+    options = {
+        key: value
+        for key, value in (
+            ("maxAttempts", max_attempts),
+            ("baseDelay", base_delay),
+            ("timeout", timeout),
+            ("startDelay", start_delay),
+        )
+        if value is not None
+    }
+    return {
+        "slug": slug,
+        "stepType": step_type,
+        "dependencies": sorted(dependencies),
+        "whenUnmet": when_unmet,
+        "whenExhausted": when_exhausted,
+        "requiredInputPattern": pattern(required_input_pattern),
+        "forbiddenInputPattern": pattern(forbidden_input_pattern),
+        **({"options": options} if options else {}),
+    }
+
+
+def flow(
+    steps: Sequence[dict[str, Any]], *, max_attempts: int, base_delay: int, timeout: int
+) -> dict[str, Any]:
+    return {
+        "steps": list(steps),
+        "options": {"maxAttempts": max_attempts, "baseDelay": base_delay, "timeout": timeout},
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Read-only mappings and tuples back to JSON objects and arrays."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
