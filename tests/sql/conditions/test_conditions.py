@@ -165,3 +165,23 @@ def test_the_condition_is_not_evaluated_again_after_the_step_started(engine: Eng
     [gated] = engine.poll("once")
     engine.complete(gated, "done")
     assert engine.run(run_id)["status"] == "completed"
+
+
+def test_a_cascade_reaching_a_step_with_another_running_parent_still_completes_the_run(
+    engine: Engine,
+) -> None:
+    engine.flow(
+        "join",
+        {"slug": "gate", "required_input_pattern": {"go": True}, "when_unmet": "skip-cascade"},
+        {"slug": "slow"},
+        {"slug": "both", "deps_slugs": ["gate", "slow"]},
+        {"slug": "after_slow", "deps_slugs": ["slow"]},
+    )
+    run_id = engine.start("join", {"go": False})
+    assert engine.state(run_id, "both")["status"] == "skipped"
+    [slow] = engine.poll("join")
+    engine.complete(slow, "S")
+    [after] = engine.poll("join")
+    engine.complete(after, "A")
+    run = engine.run(run_id)
+    assert (run["status"], run["output"]) == ("completed", {"after_slow": "A"})

@@ -172,3 +172,27 @@ def test_calculate_retry_delay_doubles_per_attempt(
 
 def test_calculate_retry_delay_saturates_instead_of_overflowing(engine: Engine) -> None:
     assert engine.value("select pgflow.calculate_retry_delay(5, 60)") == 2147483647
+
+
+def test_a_skip_cascade_from_a_map_archives_its_siblings_messages(engine: Engine) -> None:
+    engine.flow(
+        "maps",
+        {"slug": "each", "step_type": "map", "max_attempts": 1, "when_exhausted": "skip-cascade"},
+        {"slug": "after", "deps_slugs": ["each"]},
+    )
+    run_id = engine.start("maps", [1, 2, 3])
+    first, second, third = engine.poll("maps")
+    engine.fail(first)
+    assert engine.queued_messages("maps") == []
+    assert {second.msg_id, third.msg_id} <= engine.archived_ids("maps")
+    assert engine.state(run_id, "after")["skip_reason"] == "dependency_skipped"
+    assert engine.run(run_id)["status"] == "completed"
+
+
+def test_a_retry_whose_message_was_removed_is_a_final_failure(engine: Engine) -> None:
+    engine.flow("gone", {"slug": "only", "max_attempts": 3})
+    run_id = engine.start("gone")
+    [task] = engine.poll("gone")
+    engine.conn.execute("select pgmq.delete('gone', %s::bigint)", (task.msg_id,))
+    assert engine.fail(task, "lost")["status"] == "failed"
+    assert engine.run(run_id)["status"] == "failed"

@@ -74,3 +74,15 @@ def test_deletes_workers_silent_for_longer_than_the_retention(engine: Engine) ->
 def test_rejects_a_negative_retention(engine: Engine) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="non-negative"):
         engine.value("select pgflow.prune_data_older_than(interval '-1 day')")
+
+
+def test_a_run_held_by_a_callback_is_pruned_next_time(engine: Engine, db_url: str) -> None:
+    engine.flow("old", {"slug": "a"})
+    run = engine.run_to_end("old", {"a": 1})
+    age_run(engine, run["run_id"], 10)
+    with psycopg.connect(db_url) as callback:
+        callback.execute("select 1 from pgflow.runs where run_id = %s for update", (run["run_id"],))
+        engine.conn.execute("set lock_timeout = '2s'")
+        assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 0
+        callback.rollback()
+    assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1

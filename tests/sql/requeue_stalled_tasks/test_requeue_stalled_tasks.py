@@ -98,3 +98,14 @@ def test_a_late_failure_of_a_parked_task_is_final(engine: Engine) -> None:
     row = engine.fail(tasks[-1], "gave up late")
     assert row["status"] == "failed"
     assert engine.run(run_id)["status"] == "failed"
+
+
+def test_archives_the_completed_messages_of_idle_queues(engine: Engine) -> None:
+    engine.flow("idle", {"slug": "only"})
+    engine.start("idle")
+    [task] = engine.poll("idle")
+    engine.complete(task, 1)
+    assert engine.value("select count(*) from pgflow.archivable_messages") == 1
+    engine.value("select pgflow.requeue_stalled_tasks()")
+    assert engine.archived_ids("idle") == {task.msg_id}
+    assert engine.value("select count(*) from pgflow.archivable_messages") == 0

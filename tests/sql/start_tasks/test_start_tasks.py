@@ -173,3 +173,31 @@ def test_skips_a_task_locked_by_another_transaction_without_waiting(
         other.rollback()
     assert [t.step_slug for t in claimed] == ["b"]
     assert engine.task(run_id, "a")["status"] == "queued"
+
+
+def test_two_claims_on_one_queue_do_not_wait_for_each_other(engine: Engine, db_url: str) -> None:
+    engine.flow("busy", {"slug": "a"}, {"slug": "b"})
+    engine.start("busy")
+    engine.start("busy")
+    tasks = engine.poll("busy", qty=1)
+    engine.complete(tasks[0], 1)  # leaves a completed message for the next claim to archive
+    ids = [m["msg_id"] for m in engine.queued_messages("busy")]
+    with psycopg.connect(db_url) as first:
+        first.execute(
+            "select * from pgflow.start_tasks('busy', %s, %s, 'busy')", (ids[1:2], WORKER_ID)
+        )  # first claim open, holding its drained rows
+        engine.conn.execute("set lock_timeout = '2s'")
+        claimed = engine.claim("busy", ids[2:3])
+        first.rollback()
+    assert len(claimed) == 1
+
+
+def test_a_completed_message_read_again_is_not_claimed_and_gets_archived(engine: Engine) -> None:
+    engine.flow("reread", {"slug": "only"})
+    run_id = engine.start("reread")
+    [task] = engine.poll("reread")
+    engine.complete(task, 1)
+    engine.make_visible("reread")  # the lease ran out before any drain
+    assert engine.poll("reread") == []
+    assert engine.task(run_id, "only")["attempts_count"] == 1
+    assert engine.archived_ids("reread") == {task.msg_id}

@@ -213,9 +213,9 @@ create table pgflow.step_tasks (
 create unique index step_tasks_message_queue_idx on pgflow.step_tasks (message_id, queue_name);
 
 -- Messages of completed tasks, waiting to be archived in batches: complete_task records its
--- message here (a cheap insert) instead of one PGMQ archive call per task. The message stays
--- invisible meanwhile (its lease outlives the task). Drained by start_tasks for its queue and
--- by requeue_stalled_tasks and prune_data_older_than for every queue.
+-- message here (a cheap insert) instead of one PGMQ archive call per task. The message normally
+-- stays invisible meanwhile (its lease outlives the task; a late re-read claims nothing). Drained
+-- by start_tasks for its queue and by requeue_stalled_tasks and prune_data_older_than for all.
 create table pgflow.archivable_messages (
   queue_name text not null,
   message_id bigint not null,
@@ -375,8 +375,9 @@ end;
 $$;
 
 -- Archives the recorded messages of completed tasks, one pgmq.archive call per queue (one queue,
--- or all when queue_name is null). Returns how many it archived. Touches no task rows.
--- Called by start_tasks (its queue), requeue_stalled_tasks and prune_data_older_than (all queues).
+-- or all when queue_name is null, in queue order). Rows another drainer holds are skipped, so
+-- drains never wait on each other; rows of a queue that no longer exists are discarded.
+-- Touches no task rows. Called by start_tasks (its queue), requeue_stalled_tasks and pruning.
 create function pgflow.archive_completed_messages(queue_name text default null)
 returns int
 language plpgsql
@@ -388,26 +389,35 @@ declare
   v_messages bigint[];
   v_total int := 0;
 begin
-  for v_queue in
-    select distinct m.queue_name from pgflow.archivable_messages as m
-    where archive_completed_messages.queue_name is null
-  loop
-    v_total := v_total + pgflow.archive_completed_messages(v_queue);
-  end loop;
   if archive_completed_messages.queue_name is null then
+    for v_queue in
+      select distinct m.queue_name from pgflow.archivable_messages as m order by 1
+    loop
+      v_total := v_total + pgflow.archive_completed_messages(v_queue);
+    end loop;
     return v_total;
   end if;
 
-  with drained as (
-    delete from pgflow.archivable_messages as m
+  with picked as (
+    select m.message_id
+    from pgflow.archivable_messages as m
     where m.queue_name = archive_completed_messages.queue_name
+    order by m.message_id
+    for update skip locked
+  ),
+  drained as (
+    delete from pgflow.archivable_messages as m
+    using picked
+    where m.queue_name = archive_completed_messages.queue_name and m.message_id = picked.message_id
     returning m.message_id
   )
   select array_agg(d.message_id) into v_messages from drained as d;
   if v_messages is null then
     return 0;
   end if;
-  perform pgmq.archive(queue_name, v_messages);
+  if exists (select 1 from pgmq.meta as q where q.queue_name = archive_completed_messages.queue_name) then
+    perform pgmq.archive(queue_name, v_messages);
+  end if;
   return cardinality(v_messages);
 end;
 $$;
@@ -851,10 +861,13 @@ begin
   order by r.run_id
   for update;
 
-  -- Messages of unfinished tasks go too: a queue shared with another flow survives this deletion.
+  -- Messages of unfinished tasks go too (their task rows locked first, in key order, as claims
+  -- do): a queue shared with another flow survives this deletion.
   with active as (
     select t.queue_name, t.message_id from pgflow.step_tasks as t
     where t.flow_slug = delete_flow_and_data.flow_slug and t.status in ('queued', 'started')
+    order by t.run_id, t.step_slug, t.task_index
+    for update
   )
   select array_agg(a.queue_name), array_agg(a.message_id) into v_active_queues, v_active_messages
   from active as a;
@@ -876,6 +889,7 @@ begin
     if exists (select 1 from pgmq.meta as m where m.queue_name = v_queue) then
       perform pgmq.drop_queue(v_queue);
     end if;
+    delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
   end loop;
 end;
 $$;
@@ -1226,6 +1240,10 @@ begin
         end if;
       end if;
 
+      if v_step.initial_tasks is null then
+        raise exception 'Step "%" of run % is ready but its task count is unknown.', v_step.step_slug, run_id
+          using hint = 'This is an engine bug: a dependent map learns its size when its dependency completes.';
+      end if;
       if v_step.initial_tasks = 0 then
         perform pgflow._complete_step(run_id, v_step.step_slug,
           case when v_step.step_type = 'map' then '[]'::jsonb end);
@@ -1534,6 +1552,7 @@ declare
   v_locked record;
   v_step record;
   v_task pgflow.step_tasks;
+  v_delayed int;
 begin
   select r.status as run_status, t as task into v_locked
   from pgflow.runs as r
@@ -1565,16 +1584,19 @@ begin
     return;
   end if;
 
-  -- A parked task's message is gone: it cannot be retried, so its failure is final.
+  -- A parked task's message is gone: it cannot be retried, so its failure is final. So is the
+  -- failure of a task whose message someone removed (nothing could deliver the retry).
   if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null then
-    update pgflow.step_tasks as t
-    set status = 'queued', started_at = null, error_message = fail_task.error_message
-    where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
-    returning * into v_task;
-    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
+    select count(*) into v_delayed from pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_task.attempts_count)]);
-    return next v_task;
-    return;
+    if v_delayed = 1 then
+      update pgflow.step_tasks as t
+      set status = 'queued', started_at = null, error_message = fail_task.error_message
+      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
+      returning * into v_task;
+      return next v_task;
+      return;
+    end if;
   end if;
 
   update pgflow.step_tasks as t
@@ -1622,6 +1644,10 @@ declare
   v_queue text;
   v_ids bigint[];
 begin
+  -- Periodic maintenance is also where idle queues get their completed messages archived; first,
+  -- before any task row is locked (the drain takes no task locks, so no order to invert).
+  perform pgflow.archive_completed_messages();
+
   with stalled as (
     select t.run_id, t.step_slug, t.task_index
     from pgflow.step_tasks as t
@@ -1656,8 +1682,6 @@ begin
     perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
   end loop;
   perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
-  -- Periodic maintenance is also where idle queues get their completed messages archived.
-  perform pgflow.archive_completed_messages();
   return coalesce(cardinality(v_requeue_messages), 0);
 end;
 $$;

@@ -1,6 +1,7 @@
 -- Archives the recorded messages of completed tasks, one pgmq.archive call per queue (one queue,
--- or all when queue_name is null). Returns how many it archived. Touches no task rows.
--- Called by start_tasks (its queue), requeue_stalled_tasks and prune_data_older_than (all queues).
+-- or all when queue_name is null, in queue order). Rows another drainer holds are skipped, so
+-- drains never wait on each other; rows of a queue that no longer exists are discarded.
+-- Touches no task rows. Called by start_tasks (its queue), requeue_stalled_tasks and pruning.
 create function pgflow.archive_completed_messages(queue_name text default null)
 returns int
 language plpgsql
@@ -12,26 +13,35 @@ declare
   v_messages bigint[];
   v_total int := 0;
 begin
-  for v_queue in
-    select distinct m.queue_name from pgflow.archivable_messages as m
-    where archive_completed_messages.queue_name is null
-  loop
-    v_total := v_total + pgflow.archive_completed_messages(v_queue);
-  end loop;
   if archive_completed_messages.queue_name is null then
+    for v_queue in
+      select distinct m.queue_name from pgflow.archivable_messages as m order by 1
+    loop
+      v_total := v_total + pgflow.archive_completed_messages(v_queue);
+    end loop;
     return v_total;
   end if;
 
-  with drained as (
-    delete from pgflow.archivable_messages as m
+  with picked as (
+    select m.message_id
+    from pgflow.archivable_messages as m
     where m.queue_name = archive_completed_messages.queue_name
+    order by m.message_id
+    for update skip locked
+  ),
+  drained as (
+    delete from pgflow.archivable_messages as m
+    using picked
+    where m.queue_name = archive_completed_messages.queue_name and m.message_id = picked.message_id
     returning m.message_id
   )
   select array_agg(d.message_id) into v_messages from drained as d;
   if v_messages is null then
     return 0;
   end if;
-  perform pgmq.archive(queue_name, v_messages);
+  if exists (select 1 from pgmq.meta as q where q.queue_name = archive_completed_messages.queue_name) then
+    perform pgmq.archive(queue_name, v_messages);
+  end if;
   return cardinality(v_messages);
 end;
 $$;

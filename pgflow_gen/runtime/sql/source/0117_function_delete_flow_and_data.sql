@@ -29,10 +29,13 @@ begin
   order by r.run_id
   for update;
 
-  -- Messages of unfinished tasks go too: a queue shared with another flow survives this deletion.
+  -- Messages of unfinished tasks go too (their task rows locked first, in key order, as claims
+  -- do): a queue shared with another flow survives this deletion.
   with active as (
     select t.queue_name, t.message_id from pgflow.step_tasks as t
     where t.flow_slug = delete_flow_and_data.flow_slug and t.status in ('queued', 'started')
+    order by t.run_id, t.step_slug, t.task_index
+    for update
   )
   select array_agg(a.queue_name), array_agg(a.message_id) into v_active_queues, v_active_messages
   from active as a;
@@ -54,6 +57,7 @@ begin
     if exists (select 1 from pgmq.meta as m where m.queue_name = v_queue) then
       perform pgmq.drop_queue(v_queue);
     end if;
+    delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
   end loop;
 end;
 $$;

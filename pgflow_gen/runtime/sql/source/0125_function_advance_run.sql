@@ -59,6 +59,10 @@ begin
         end if;
       end if;
 
+      if v_step.initial_tasks is null then
+        raise exception 'Step "%" of run % is ready but its task count is unknown.', v_step.step_slug, run_id
+          using hint = 'This is an engine bug: a dependent map learns its size when its dependency completes.';
+      end if;
       if v_step.initial_tasks = 0 then
         perform pgflow._complete_step(run_id, v_step.step_slug,
           case when v_step.step_type = 'map' then '[]'::jsonb end);

@@ -12,6 +12,7 @@ declare
   v_locked record;
   v_step record;
   v_task pgflow.step_tasks;
+  v_delayed int;
 begin
   select r.status as run_status, t as task into v_locked
   from pgflow.runs as r
@@ -43,16 +44,19 @@ begin
     return;
   end if;
 
-  -- A parked task's message is gone: it cannot be retried, so its failure is final.
+  -- A parked task's message is gone: it cannot be retried, so its failure is final. So is the
+  -- failure of a task whose message someone removed (nothing could deliver the retry).
   if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null then
-    update pgflow.step_tasks as t
-    set status = 'queued', started_at = null, error_message = fail_task.error_message
-    where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
-    returning * into v_task;
-    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
+    select count(*) into v_delayed from pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_task.attempts_count)]);
-    return next v_task;
-    return;
+    if v_delayed = 1 then
+      update pgflow.step_tasks as t
+      set status = 'queued', started_at = null, error_message = fail_task.error_message
+      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
+      returning * into v_task;
+      return next v_task;
+      return;
+    end if;
   end if;
 
   update pgflow.step_tasks as t

@@ -16,6 +16,10 @@ declare
   v_queue text;
   v_ids bigint[];
 begin
+  -- Periodic maintenance is also where idle queues get their completed messages archived; first,
+  -- before any task row is locked (the drain takes no task locks, so no order to invert).
+  perform pgflow.archive_completed_messages();
+
   with stalled as (
     select t.run_id, t.step_slug, t.task_index
     from pgflow.step_tasks as t
@@ -50,8 +54,6 @@ begin
     perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
   end loop;
   perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
-  -- Periodic maintenance is also where idle queues get their completed messages archived.
-  perform pgflow.archive_completed_messages();
   return coalesce(cardinality(v_requeue_messages), 0);
 end;
 $$;
