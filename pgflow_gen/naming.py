@@ -27,6 +27,10 @@ QueueMode = Literal["flow", "step"]
 QUEUE_MODES: tuple[QueueMode, ...] = ("flow", "step")
 
 _SLUG_CHARACTERS = re.compile(r"^[A-Za-z0-9_]+$")
+SLUG_HINT = (
+    "Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not"
+    ' ending with "_", for example "greetUser" or "greet_user".'
+)
 
 
 class FlowSpecError(PgflowError):
@@ -287,9 +291,3 @@ def _step_mode_routes(flow_slug: str, step_slugs: Sequence[str]) -> tuple[Route,
 
 def _queue_name(flow_slug: str, suffix: str) -> str:
     return f"{flow_slug}{QUEUE_SEPARATOR}{suffix}".lower()
-
-
-SLUG_HINT = (
-    "Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not"
-    ' ending with "_", for example "greetUser" or "greet_user".'
-)
