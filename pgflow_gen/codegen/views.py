@@ -115,7 +115,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
         s.input_annotation for s in steps
     )
-    typing_imports = ["Final", "Literal", "TypedDict"]
+    typing_imports = ["Final", "Literal"]
     if spec.steps:
         typing_imports.append("Protocol")
     if any(isinstance(decl, AliasDecl) for decl in builder.decls):
@@ -125,7 +125,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         typing_imports.append("Never")
     if "NotRequired[" in used:
         typing_imports.append("NotRequired")
-    runtime_imports = ["Flow", "FlowOptions"]
+    runtime_imports = ["Flow", "FlowOptions", "TypedDict"]
     if spec.steps:
         runtime_imports += ["Context", "MaybeAwaitable", "Step"]
     if re.search(r"\bJson\b", used):

@@ -6,7 +6,12 @@ psycopg only. Generated code imports only this package.
 
 from __future__ import annotations
 
+# Generated modules take TypedDict from here: pydantic (which validates run inputs) needs the
+# typing_extensions class before Python 3.12, and one import block keeps their formatting stable.
+from typing_extensions import TypedDict
+
 from pgflow_gen.naming import Route
+from pgflow_gen.runtime.client import Client, InvalidRunInputError, Run, RunNotFoundError
 from pgflow_gen.runtime.context import Context
 from pgflow_gen.runtime.flow import (
     Flow,
@@ -21,15 +26,20 @@ from pgflow_gen.runtime.flow import (
 from pgflow_gen.runtime.worker import start_worker
 
 __all__ = [
+    "Client",
     "Context",
     "Flow",
     "FlowOptions",
+    "InvalidRunInputError",
     "Json",
     "MaybeAwaitable",
     "Route",
+    "Run",
+    "RunNotFoundError",
     "Step",
     "StepOptions",
     "StepQueuedFlow",
+    "TypedDict",
     "start_worker",
     "with_step_queues",
 ]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
+from typing_extensions import TypeAliasType
+
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
 
@@ -24,7 +26,8 @@ StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
-Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
+#: Any JSON value. A TypeAliasType, so pydantic can validate it too (it is recursive).
+Json = TypeAliasType("Json", "dict[str, Json] | list[Json] | str | int | float | bool | None")
 _T = TypeVar("_T")
 #: What a handler returns: its output, or an awaitable of it (sync and async handlers alike).
 MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
@@ -103,6 +106,8 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
     slug: str
     steps: tuple[Step, ...] = ()
     options: FlowOptions = field(default_factory=FlowOptions)
+    #: The run input's type (the generated `Input`), used to validate inputs before a run starts.
+    input_type: object = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     StepQueuedFlow,
+    TypedDict,
     start_worker,
     with_step_queues,
 )
@@ -128,6 +129,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="communityThreadsV1",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="classify",

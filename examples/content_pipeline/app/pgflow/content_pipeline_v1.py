@@ -6,7 +6,7 @@ Fetch pages in parallel, enrich them when the enrichment API is up, and summariz
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -16,6 +16,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     StepQueuedFlow,
+    TypedDict,
     start_worker,
     with_step_queues,
 )
@@ -112,6 +113,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="contentPipelineV1",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="fetchPages",

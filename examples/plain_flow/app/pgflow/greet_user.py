@@ -6,7 +6,7 @@ Greet a user by full name; one worker serves every step (queue mode flow).
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     MaybeAwaitable,
     Step,
+    TypedDict,
     start_worker,
 )
 
@@ -81,6 +82,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="greetUser",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="fullName",

@@ -6,12 +6,13 @@ A flow with no steps yet; its runs complete at once.
 
 from __future__ import annotations
 
-from typing import Final, Never, TypeAlias, TypedDict
+from typing import Final, Never, TypeAlias
 
 from pgflow_gen.runtime import (
     Flow,
     FlowOptions,
     Json,
+    TypedDict,
     start_worker,
 )
 
@@ -40,5 +41,6 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="placeholderFlow",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(),
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypedDict
+from typing import Final, Literal, NotRequired, Protocol
 
 from pgflow_gen.runtime import (
     Context,
@@ -11,6 +11,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     MaybeAwaitable,
     Step,
+    TypedDict,
     start_worker,
 )
 
@@ -77,6 +78,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="typedShapes",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="store",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -11,6 +11,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     MaybeAwaitable,
     Step,
+    TypedDict,
     start_worker,
 )
 
@@ -108,6 +109,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="resizeImages",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="load",

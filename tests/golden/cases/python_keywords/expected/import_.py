@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     Json,
     MaybeAwaitable,
     Step,
+    TypedDict,
     start_worker,
 )
 
@@ -93,6 +94,7 @@ Handlers = TypedDict(
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="import",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="class",

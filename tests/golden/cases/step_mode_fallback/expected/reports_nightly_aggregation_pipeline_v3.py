@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias, TypedDict
+from typing import Final, Literal, Protocol, TypeAlias
 
 from pgflow_gen.runtime import (
     Context,
@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     StepQueuedFlow,
+    TypedDict,
     start_worker,
     with_step_queues,
 )
@@ -99,6 +100,7 @@ class Handlers(TypedDict):
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="reportsNightlyAggregationPipelineV3",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
+    input_type=Input,
     steps=(
         Step(
             slug="load",
