@@ -14,7 +14,7 @@ from app.pgflow.community_threads_v1 import (
     Input,
 )
 
-from pgflow_gen.runtime import Context, start_worker
+from pgflow_gen.runtime import Client, Context, start_worker
 
 
 def returns_wrong_type(flow_input: Input, ctx: Context[Input], /) -> int:
@@ -37,3 +37,9 @@ def never_called() -> None:
     start_worker(FLOW, step_slug="classify", handler=wrong_output)  # type: ignore[call-overload]
     missing: Handlers = {"classify": wrong_output}  # type: ignore[typeddict-item]
     print(wrong_input, deps_mismatch, missing)
+    bad_input: Input = {"thread_id": 1, "text": "hi"}  # type: ignore[typeddict-item]
+    run = Client().start_flow(STEP_QUEUED_FLOW, bad_input)
+    unchecked = run.output["thankHelpers"]  # type: ignore[index]
+    if run.output is not None:
+        count: int = run.output["thankHelpers"]  # type: ignore[assignment]
+        print(count, unchecked)
