@@ -56,8 +56,6 @@ class TypeBuilder:
     """Collects the declarations a schema needs, in dependency order, without duplicates."""
 
     decls: list[Decl] = field(default_factory=list)
-    uses_literal: bool = False
-    uses_not_required: bool = False
     _taken: set[str] = field(default_factory=set)
 
     def declare(self, decl: Decl) -> None:
@@ -129,12 +127,9 @@ class TypeBuilder:
         for key, child in (schema.properties or {}).items():
             annotation = self.expression(child, f"{name}{names.pascal_case(_word(key))}", defs)
             fields.append(Field(key, annotation, key in required))
-            if key not in required:
-                self.uses_not_required = True
         self.declare(TypedDictDecl(name, tuple(fields), schema.description))
 
     def _literal(self, values: list[Any]) -> str:
-        self.uses_literal = True
         literals = [_python_literal(v) for v in values]
         return f"Literal[{', '.join(literals)}]"
 

@@ -17,10 +17,7 @@ from pgflow_gen.spec import model
 @dataclass(frozen=True)
 class StepView:
     slug: str
-    index: int
     module: str
-    step_type: str
-    dependencies: tuple[str, ...]
     handler_module: str
     handler_attr: str
     output_name: str
@@ -75,8 +72,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         else:
             builder.named(f"{prefix}Output", step.output)
 
+    routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
     steps = []
-    for index, (step, prefix) in enumerate(zip(spec.steps, prefixes, strict=True)):
+    for step, prefix, route in zip(spec.steps, prefixes, routes, strict=True):
         dependencies = _dependencies(step)
         if step.type == "map":
             source_type = _element_type(spec, step, builder, prefixes, index_of)
@@ -92,10 +90,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         steps.append(
             StepView(
                 slug=step.slug,
-                index=index,
                 module=names.snake_case(step.slug),
-                step_type=step.type,
-                dependencies=dependencies,
                 handler_module=module_name,
                 handler_attr=attr,
                 output_name=output,
@@ -103,14 +98,12 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                 first_param=first_param,
                 input_annotation=annotation,
                 definition_args=_step_definition(step, dependencies),
-                queue_name="",
+                queue_name=route.queue_name,
                 max_concurrent=_max_concurrent(spec, step.slug),
             )
         )
 
     _declare_output(builder, spec, prefixes, index_of)
-    routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
-    steps = [_with_queue(view, route.queue_name) for view, route in zip(steps, routes, strict=True)]
 
     used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
         s.input_annotation for s in steps
@@ -295,10 +288,6 @@ def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
     if override is not None and override.max_concurrent is not None:
         return override.max_concurrent
     return spec.workers.max_concurrent
-
-
-def _with_queue(view: StepView, queue: str) -> StepView:
-    return StepView(**{**view.__dict__, "queue_name": queue})
 
 
 def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
