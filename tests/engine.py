@@ -25,6 +25,20 @@ class Task:
     flow_input: Any
 
 
+def shape_step(slug: str, deps: tuple[str, ...] | list[str] = (), **extra: Any) -> dict[str, Any]:
+    """One step of a flow shape, with the defaults a worker sends."""
+    return {
+        "slug": slug,
+        "stepType": extra.pop("stepType", "single"),
+        "dependencies": sorted(deps),
+        "whenUnmet": extra.pop("whenUnmet", "skip"),
+        "whenExhausted": extra.pop("whenExhausted", "fail"),
+        "requiredInputPattern": extra.pop("requiredInputPattern", {"defined": False}),
+        "forbiddenInputPattern": extra.pop("forbiddenInputPattern", {"defined": False}),
+        **extra,
+    }
+
+
 class Engine:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -38,6 +52,35 @@ class Engine:
             step = dict(step)
             self.call("add_step", slug, step.pop("slug"), **step)
         return slug
+
+    def compile(
+        self,
+        slug: str,
+        steps: list[dict[str, Any]],
+        mode: str = "step",
+        route_map: Any = "derive",
+    ) -> dict[str, Any]:
+        """ensure_flow_compiled with a shape built from short step dicts ({slug, deps?, ...});
+        the route map is derived with derive_queue_routes unless given."""
+        shape = {"steps": [shape_step(**step) for step in steps]}
+        if route_map == "derive":
+            route_map = [
+                {"stepSlug": r["step_slug"], "queueName": r["queue_name"]}
+                for r in self.all(
+                    "select * from pgflow.derive_queue_routes(%s, %s, %s)",
+                    slug,
+                    [step["slug"] for step in steps],
+                    mode,
+                )
+            ]
+        result: dict[str, Any] = self.value(
+            "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
+            slug,
+            Jsonb(shape),
+            mode,
+            None if route_map is None else Jsonb(route_map),
+        )
+        return result
 
     def call(self, function: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """select * from pgflow.<function>(args..., name => value...)."""
@@ -63,7 +106,12 @@ class Engine:
         return rows[0]["run_id"]  # type: ignore[no-any-return]
 
     def poll(
-        self, flow_slug: str, queue: str | None = None, qty: int = 50, vt: int = 30
+        self,
+        flow_slug: str,
+        queue: str | None = None,
+        qty: int = 50,
+        vt: int = 30,
+        step: str | None = None,
     ) -> list[Task]:
         """Read visible messages and claim them (the worker's two-phase claim)."""
         queue = queue or flow_slug.lower()
@@ -74,15 +122,28 @@ class Engine:
                 "select msg_id from pgmq.read(%s, %s, %s)", (queue, vt, qty)
             ).fetchall()
         ]
-        return self.claim(flow_slug, ids, queue)
+        return self.claim(flow_slug, ids, queue, step=step)
 
-    def claim(self, flow_slug: str, msg_ids: list[int], queue: str | None = None) -> list[Task]:
+    def claim(
+        self,
+        flow_slug: str,
+        msg_ids: list[int],
+        queue: str | None = None,
+        step: str | None = None,
+    ) -> list[Task]:
+        """start_tasks with the given selector (four arguments when `step` is None)."""
         queue = queue or flow_slug.lower()
         self.register(queue)
-        rows = self.conn.execute(
-            "select * from pgflow.start_tasks(%s, %s, %s, %s)",
-            (flow_slug, msg_ids, WORKER_ID, queue),
-        ).fetchall()
+        if step is None:
+            rows = self.conn.execute(
+                "select * from pgflow.start_tasks(%s, %s, %s, %s)",
+                (flow_slug, msg_ids, WORKER_ID, queue),
+            ).fetchall()
+        else:
+            rows = self.conn.execute(
+                "select * from pgflow.start_tasks(%s, %s, %s, %s, %s)",
+                (flow_slug, msg_ids, WORKER_ID, queue, step),
+            ).fetchall()
         return [Task(*row) for row in rows]
 
     def register(self, queue: str) -> None:

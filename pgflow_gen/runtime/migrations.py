@@ -171,9 +171,12 @@ def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
             )
     except psycopg.Error as exc:
         diag = exc.diag
+        reason = diag.message_primary or str(exc)
+        if diag.message_detail:
+            reason = f"{reason}\n{diag.message_detail}"
         raise errors.MigrationError(
             f"Engine migration {migration.version}_{migration.name} failed and was rolled back.",
-            detail=diag.message_primary or str(exc),
+            detail=reason,
             hint=diag.message_hint,
         ) from exc
 

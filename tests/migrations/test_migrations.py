@@ -133,13 +133,14 @@ def test_an_unknown_target_is_an_error_and_applies_nothing(empty_db_url: str) ->
 def test_a_failing_migration_is_rolled_back_whole(
     empty_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = migrations.Migration(
-        "0002", "broken", "create table pgflow.half (x int);\nselect 1/0;"
-    )
     shipped = migrations.available()
+    next_version = f"{len(shipped) + 1:04d}"
+    broken = migrations.Migration(
+        next_version, "broken", "create table pgflow.half (x int);\nselect 1/0;"
+    )
     monkeypatch.setattr(migrations, "available", lambda: (*shipped, broken))
     with connect(empty_db_url) as conn:
-        with pytest.raises(errors.MigrationError, match="0002_broken failed") as raised:
+        with pytest.raises(errors.MigrationError, match=f"{next_version}_broken failed") as raised:
             migrations.migrate(conn)
         assert raised.value.detail == "division by zero"
         assert conn.execute("select to_regclass('pgflow.half')").fetchone() == (None,)

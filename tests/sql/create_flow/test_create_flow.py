@@ -3,6 +3,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from pgflow_gen.naming import SLUG_HINT, slug_violation
 from tests.engine import Engine
 
 
@@ -39,22 +40,37 @@ def test_rejects_an_invalid_slug_and_writes_nothing(engine: Engine, slug: str) -
     assert engine.value("select count(*) from pgflow.flows") == 0
 
 
-def test_accepts_slugs_that_only_the_older_rules_allow(engine: Engine) -> None:
-    for slug in ("_legacy", "double__under", "trailing_"):
+@pytest.mark.parametrize("slug", ["_legacy", "double__under", "trailing_", "9lives"])
+def test_rejects_slugs_that_break_the_rules_with_the_resolvers_texts(
+    engine: Engine, slug: str
+) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
         engine.call("create_flow", slug)
-    assert engine.value("select count(*) from pgflow.flows") == 3
+    assert raised.value.diag.message_primary == f'Invalid flow slug "{slug}".'
+    assert raised.value.diag.message_detail == f"The slug is invalid: {slug_violation(slug)}."
+    assert raised.value.diag.message_hint == SLUG_HINT
+    assert engine.value("select count(*) from pgflow.flows") == 0
 
 
-def test_lets_case_variants_share_their_queue_in_version_1(engine: Engine) -> None:
+def test_rejects_a_slug_differing_only_in_case_from_an_existing_flow(engine: Engine) -> None:
     engine.call("create_flow", "Orders")
-    engine.call("create_flow", "orders")
-    assert engine.value("select count(*) from pgflow.flows") == 2
-    assert engine.value("select count(*) from pgmq.meta where queue_name = 'orders'") == 1
+    with pytest.raises(
+        psycopg.errors.UniqueViolation, match='differs only in case from the existing flow "Orders"'
+    ):
+        engine.call("create_flow", "orders")
+    assert engine.value("select count(*) from pgflow.flows") == 1
 
 
-def test_rejects_a_slug_too_long_for_a_queue_name(engine: Engine) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="too long for its queue name"):
+def test_rejects_a_slug_too_long_for_its_default_queue(engine: Engine) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="cannot use its default queue"):
         engine.call("create_flow", "f" * 48)
+    assert engine.value("select count(*) from pgflow.flows") == 0
+
+
+def test_never_adopts_a_queue_it_did_not_create(engine: Engine) -> None:
+    engine.conn.execute("select pgmq.create('orders')")
+    with pytest.raises(psycopg.errors.DuplicateObject, match="a queue of that name already exists"):
+        engine.call("create_flow", "orders")
     assert engine.value("select count(*) from pgflow.flows") == 0
 
 

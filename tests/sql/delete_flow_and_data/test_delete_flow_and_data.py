@@ -18,15 +18,6 @@ def test_removes_the_definition_runs_and_queue(engine: Engine) -> None:
     assert engine.value("select count(*) from pgmq.meta where queue_name = 'gone'") == 0
 
 
-def test_keeps_a_queue_another_flow_still_uses(engine: Engine) -> None:
-    engine.flow("Orders", {"slug": "a"})
-    engine.flow("orders", {"slug": "a"})
-    engine.start("orders")
-    engine.call("delete_flow_and_data", "Orders")
-    assert engine.value("select count(*) from pgmq.meta where queue_name = 'orders'") == 1
-    assert len(engine.queued_messages("orders")) == 1
-
-
 def test_does_nothing_for_an_unknown_flow(engine: Engine) -> None:
     engine.flow("kept", {"slug": "a"})
     engine.call("delete_flow_and_data", "missing")
@@ -41,17 +32,6 @@ def test_leaves_other_flows_untouched(engine: Engine) -> None:
     engine.call("delete_flow_and_data", "gone")
     assert engine.run(kept_run)["status"] == "started"
     assert len(engine.queued_messages("kept")) == 1
-
-
-def test_archives_its_messages_in_a_queue_another_flow_keeps(engine: Engine) -> None:
-    engine.flow("Orders", {"slug": "a"}, {"slug": "b", "deps_slugs": ["a"]})
-    engine.flow("orders", {"slug": "a"})
-    engine.start("Orders")
-    [first] = engine.claim("Orders", [m["msg_id"] for m in engine.queued_messages("orders")])
-    engine.complete(first, 1)
-    engine.call("delete_flow_and_data", "Orders")
-    assert engine.queued_messages("orders") == []
-    assert engine.value("select count(*) from pgflow.archivable_messages") == 0
 
 
 def test_a_deletion_racing_a_callback_waits_for_it_instead_of_deadlocking(

@@ -1,25 +1,30 @@
-"""Version 1 slug rule (pgflow's older one); migration 0002 tightens it."""
+"""The slug rule (engine version 2) against the shared naming vectors."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from pgflow_gen.naming import slug_violation
 from tests.engine import Engine
 
-VALID = ["a", "greetUser", "greet_user", "_leading", "double__under", "trailing_", "x" * 128, "RUN"]
-INVALID = ["", "1abc", "has-dash", "has space", "run", "x" * 129, "ümlaut", "a.b"]
+VECTORS = json.loads((Path(__file__).parents[2] / "vectors" / "queue_names.json").read_text())
 
 
-@pytest.mark.parametrize("slug", VALID)
-def test_accepts_letters_digits_and_underscores_not_starting_with_a_digit(
-    engine: Engine, slug: str
+@pytest.mark.parametrize("case", VECTORS["slugs"], ids=lambda c: repr(c["slug"])[:20])
+def test_matches_the_vectors(engine: Engine, case: dict[str, Any]) -> None:
+    assert engine.value("select pgflow.is_valid_slug(%s)", case["slug"]) is case["valid"]
+
+
+@pytest.mark.parametrize("case", VECTORS["slugs"], ids=lambda c: repr(c["slug"])[:20])
+def test_explains_a_violation_in_the_words_of_the_python_rules(
+    engine: Engine, case: dict[str, Any]
 ) -> None:
-    assert engine.value("select pgflow.is_valid_slug(%s)", slug) is True
-
-
-@pytest.mark.parametrize("slug", INVALID)
-def test_rejects_empty_long_reserved_and_foreign_characters(engine: Engine, slug: str) -> None:
-    assert engine.value("select pgflow.is_valid_slug(%s)", slug) is False
+    violation = engine.value("select pgflow._slug_violation(%s)", case["slug"])
+    assert violation == slug_violation(case["slug"])
 
 
 def test_rejects_null(engine: Engine) -> None:

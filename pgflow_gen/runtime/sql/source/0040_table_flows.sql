@@ -1,4 +1,6 @@
 -- Flow definitions: one row per concrete flow slug, with the flow-wide option defaults.
+-- queue_mode "flow" routes every step to the queue lower(flow_slug); "step" gives every step a
+-- private queue (see pgflow.derive_queue_routes). Slugs are unique ignoring case.
 -- Written by create_flow and ensure_flow_compiled under the flow's advisory lock.
 create table pgflow.flows (
   flow_slug text primary key,
@@ -6,8 +8,12 @@ create table pgflow.flows (
   opt_base_delay int not null default 5,
   opt_timeout int not null default 60,
   created_at timestamptz not null default now(),
+  queue_mode text not null default 'flow',
   constraint flow_slug_is_valid check (pgflow.is_valid_slug(flow_slug)),
   constraint opt_max_attempts_is_positive check (opt_max_attempts >= 1),
   constraint opt_base_delay_is_nonnegative check (opt_base_delay >= 0),
-  constraint opt_timeout_is_positive check (opt_timeout >= 1)
+  constraint opt_timeout_is_positive check (opt_timeout >= 1),
+  constraint queue_mode_is_known check (queue_mode in ('flow', 'step'))
 );
+
+create unique index flows_flow_slug_lower_idx on pgflow.flows (lower(flow_slug));

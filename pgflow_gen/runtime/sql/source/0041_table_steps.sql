@@ -1,4 +1,5 @@
 -- Step definitions in step_index order (the topological order); queue_name is the step's route.
+-- Step slugs are unique ignoring case within a flow.
 -- Written by add_step and ensure_flow_compiled under the flow's advisory lock; never updated.
 create table pgflow.steps (
   flow_slug text not null references pgflow.flows (flow_slug),
@@ -39,3 +40,5 @@ create table pgflow.steps (
   constraint when_unmet_is_known check (when_unmet in ('fail', 'skip', 'skip-cascade')),
   constraint when_exhausted_is_known check (when_exhausted in ('fail', 'skip', 'skip-cascade'))
 );
+
+create unique index steps_flow_slug_lower_step_slug_idx on pgflow.steps (flow_slug, lower(step_slug));

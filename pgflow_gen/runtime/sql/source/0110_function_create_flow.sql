@@ -1,5 +1,6 @@
 -- Defines a flow-mode flow and creates its queue lower(flow_slug). Idempotent: an existing flow is
--- returned as it is, and different options for it are an error, never a silent change.
+-- returned as it is, and different options for it are an error, never a silent change. A slug
+-- differing only in case from an existing flow, or a queue pgflow does not own, is rejected.
 -- Takes the flow's definition lock.
 create function pgflow.create_flow(
   flow_slug text,
@@ -16,28 +17,18 @@ declare
   v_flow pgflow.flows;
   v_queue text := lower(flow_slug);
 begin
-  if not pgflow.is_valid_slug(flow_slug) then
-    raise exception 'Invalid flow slug "%".', flow_slug
-      using errcode = '22023',
-        detail = 'A slug has 1 to 128 characters: ASCII letters, digits and "_", not starting with a digit, and is not "run".',
-        hint = 'Rename the flow, for example "myFlow" or "my_flow".';
-  end if;
-  if length(v_queue) > 47 then
-    raise exception 'Flow slug "%" is too long for its queue name.', flow_slug
-      using errcode = '22023',
-        detail = format('The queue "%s" would have %s characters; PGMQ allows at most 47.', v_queue, length(v_queue)),
-        hint = 'Shorten the flow slug.';
-  end if;
-  if max_attempts < 1 or base_delay < 0 or timeout < 1 then
-    raise exception 'Invalid options for flow "%".', flow_slug
-      using errcode = '22023',
-        detail = format('max_attempts=%s, base_delay=%s, timeout=%s', max_attempts, base_delay, timeout),
-        hint = 'max_attempts must be at least 1, base_delay at least 0 and timeout at least 1.';
-  end if;
+  -- GUARD: the slug rules and the default queue's length, with the resolver's errors.
+  perform from pgflow.derive_queue_routes(flow_slug, '{}', 'flow');
 
   perform pgflow._lock_flow_definition(flow_slug);
 
-  select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
+  select * into v_flow from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug);
+  if found and v_flow.flow_slug <> create_flow.flow_slug then
+    raise exception 'Flow "%" differs only in case from the existing flow "%".', flow_slug, v_flow.flow_slug
+      using errcode = '23505',
+        detail = 'Flow slugs are unique ignoring case.',
+        hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
   if found then
     if (max_attempts is not null and max_attempts <> v_flow.opt_max_attempts)
       or (base_delay is not null and base_delay <> v_flow.opt_base_delay)
@@ -51,13 +42,9 @@ begin
     return v_flow;
   end if;
 
-  insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout)
-  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 5), coalesce(timeout, 60))
-  returning * into v_flow;
-
-  if not exists (select 1 from pgmq.meta as m where lower(m.queue_name) = v_queue) then
-    perform pgmq.create(v_queue);
-  end if;
+  perform pgflow._preflight_queue_names(flow_slug, array[v_queue]);
+  v_flow := pgflow._insert_flow(flow_slug, 'flow', max_attempts, base_delay, timeout);
+  perform pgmq.create(v_queue);
   return v_flow;
 end;
 $$;

@@ -1,6 +1,7 @@
--- Appends a step to a flow-mode flow (its step_index is the next one) with its dependency edges.
--- Idempotent: re-adding an identical step returns it; any difference is an error.
--- Takes the flow's definition lock.
+-- Appends a step to a flow-mode flow (its step_index is the next one, its route the flow's queue
+-- lower(flow_slug)) with its dependency edges. Idempotent: re-adding an identical step returns it;
+-- any difference is an error. Step-queued flows are refused: they are defined only as a whole, by
+-- ensure_flow_compiled. Takes the flow's definition lock.
 create function pgflow.add_step(
   flow_slug text,
   step_slug text,
@@ -21,116 +22,25 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_deps text[] := coalesce(deps_slugs, '{}');
-  v_step pgflow.steps;
-  v_existing_deps text[];
-  v_unknown text;
+  v_mode text;
 begin
-  -- GUARD: validate everything before touching any row.
-  if not pgflow.is_valid_slug(step_slug) then
-    raise exception 'Invalid step slug "%" in flow "%".', step_slug, flow_slug
-      using errcode = '22023',
-        detail = 'A slug has 1 to 128 characters: ASCII letters, digits and "_", not starting with a digit, and is not "run".',
-        hint = 'Rename the step, for example "fetchUser" or "fetch_user".';
-  end if;
-  if step_type is null or step_type not in ('single', 'map') then
-    raise exception 'Invalid step type "%" for step "%".', step_type, step_slug
-      using errcode = '22023', hint = 'Use "single" or "map".';
-  end if;
-  if when_unmet is null or when_unmet not in ('fail', 'skip', 'skip-cascade') then
-    raise exception 'Invalid when_unmet "%" for step "%".', when_unmet, step_slug
-      using errcode = '22023', hint = 'Use "skip", "skip-cascade" or "fail".';
-  end if;
-  if when_exhausted is null or when_exhausted not in ('fail', 'skip', 'skip-cascade') then
-    raise exception 'Invalid when_exhausted "%" for step "%".', when_exhausted, step_slug
-      using errcode = '22023', hint = 'Use "fail", "skip" or "skip-cascade".';
-  end if;
-  if jsonb_typeof(required_input_pattern) is distinct from 'object' and required_input_pattern is not null
-    or jsonb_typeof(forbidden_input_pattern) is distinct from 'object' and forbidden_input_pattern is not null then
-    raise exception 'Condition patterns of step "%" must be JSON objects.', step_slug
-      using errcode = '22023',
-        hint = 'Write the condition as an object, for example {"classify": {"route": "help"}}.';
-  end if;
-  if max_attempts < 1 or base_delay < 0 or timeout < 1 or start_delay < 0 then
-    raise exception 'Invalid options for step "%".', step_slug
-      using errcode = '22023',
-        detail = format('max_attempts=%s, base_delay=%s, timeout=%s, start_delay=%s',
-          max_attempts, base_delay, timeout, start_delay),
-        hint = 'max_attempts must be at least 1, base_delay and start_delay at least 0, timeout at least 1.';
-  end if;
-  if array_position(v_deps, null) is not null then
-    raise exception 'Step "%" lists a NULL dependency.', step_slug
-      using errcode = '22023', hint = 'List the slugs of the steps it depends on.';
-  end if;
-  if step_slug = any (v_deps) then
-    raise exception 'Step "%" cannot depend on itself.', step_slug using errcode = '22023';
-  end if;
-  if cardinality(v_deps) <> (select count(distinct d) from unnest(v_deps) as d) then
-    raise exception 'Step "%" lists a dependency twice: %.', step_slug, v_deps using errcode = '22023';
-  end if;
-  if step_type = 'map' and cardinality(v_deps) > 1 then
-    raise exception 'Map step "%" can have at most one dependency, got %.', step_slug, cardinality(v_deps)
-      using errcode = '22023',
-        hint = 'A map step maps the array output of its one dependency (or the run input when it has none).';
-  end if;
-
   perform pgflow._lock_flow_definition(flow_slug);
 
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = add_step.flow_slug) then
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = add_step.flow_slug;
+  if not found then
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Create it first with pgflow.create_flow().';
   end if;
-
-  select d into v_unknown
-  from unnest(v_deps) as d
-  where not exists (
-    select 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug and s.step_slug = d
-  )
-  limit 1;
-  if v_unknown is not null then
-    raise exception 'Step "%" depends on unknown step "%" in flow "%".', step_slug, v_unknown, flow_slug
-      using errcode = '22023',
-        hint = 'Add steps in dependency order: a dependency must be added before the steps that use it.';
+  if v_mode = 'step' then
+    raise exception 'Flow "%" uses per-step queues, so add_step cannot extend it.', flow_slug
+      using errcode = '55000',
+        detail = 'A step-queued flow is defined as a whole, with its complete routes, by pgflow.ensure_flow_compiled().',
+        hint = 'Compile the complete flow (its generated migration or a worker does this), or use a new flow slug.';
   end if;
 
-  -- GUARD: an existing step is returned only when identical; definitions never change silently.
-  select * into v_step from pgflow.steps as s
-  where s.flow_slug = add_step.flow_slug and s.step_slug = add_step.step_slug;
-  if found then
-    select coalesce(array_agg(d.dep_slug order by d.dep_slug), '{}') into v_existing_deps
-    from pgflow.deps as d where d.flow_slug = add_step.flow_slug and d.step_slug = add_step.step_slug;
-    if v_existing_deps is distinct from (select coalesce(array_agg(d order by d), '{}') from unnest(v_deps) as d)
-      or v_step.step_type is distinct from step_type
-      or v_step.required_input_pattern is distinct from required_input_pattern
-      or v_step.forbidden_input_pattern is distinct from forbidden_input_pattern
-      or v_step.when_unmet is distinct from when_unmet
-      or v_step.when_exhausted is distinct from when_exhausted
-      or v_step.opt_max_attempts is distinct from max_attempts
-      or v_step.opt_base_delay is distinct from base_delay
-      or v_step.opt_timeout is distinct from timeout
-      or v_step.opt_start_delay is distinct from start_delay then
-      raise exception 'Step "%" of flow "%" already exists with a different definition.', step_slug, flow_slug
-        using errcode = '23505',
-          hint = 'Flow definitions are immutable: use a new flow slug for a new shape.';
-    end if;
-    return v_step;
-  end if;
-
-  insert into pgflow.steps (
-    flow_slug, step_slug, step_index, step_type, deps_count, queue_name,
-    opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
-  )
-  select add_step.flow_slug, add_step.step_slug,
-    coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0),
-    add_step.step_type, cardinality(v_deps), lower(add_step.flow_slug),
-    max_attempts, base_delay, timeout, start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
-  returning * into v_step;
-
-  insert into pgflow.deps (flow_slug, dep_slug, step_slug)
-  select add_step.flow_slug, d, add_step.step_slug from unnest(v_deps) as d;
-
-  return v_step;
+  return pgflow._insert_step(
+    flow_slug, step_slug, deps_slugs, max_attempts, base_delay, timeout, start_delay, step_type,
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, lower(flow_slug)
+  );
 end;
 $$;

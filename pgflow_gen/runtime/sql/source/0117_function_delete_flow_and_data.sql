@@ -1,7 +1,8 @@
 -- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
--- and drops its queues unless another flow still routes to them (version 1 lets "Foo" and "foo"
--- share the queue "foo"). Takes the flow's definition lock, then its runs' row locks; does nothing
--- when the flow does not exist.
+-- and drops the queues its queue mode owns: the steps' routes, plus lower(flow_slug) in flow mode
+-- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
+-- under every spelling PGMQ lists for it, and kept while another flow still routes to it.
+-- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
@@ -13,15 +14,20 @@ declare
   v_queue text;
   v_active_queues text[];
   v_active_messages bigint[];
+  v_mode text;
+  v_listed text;
 begin
   perform pgflow._lock_flow_definition(flow_slug);
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  if not found then
     return;
   end if;
 
-  select array_agg(distinct s.queue_name) into v_queues
-  from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
-  v_queues := array(select distinct q from unnest(coalesce(v_queues, '{}') || lower(flow_slug)) as q);
+  v_queues := array(
+    select s.queue_name from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug
+    union
+    select lower(delete_flow_and_data.flow_slug) where v_mode = 'flow'
+  );
 
   -- Same lock order as the task callbacks: runs first (in key order), then their rows.
   perform 1 from pgflow.runs as r
@@ -53,10 +59,10 @@ begin
 
   foreach v_queue in array v_queues loop
     continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
-      or exists (select 1 from pgflow.flows as f where lower(f.flow_slug) = v_queue);
-    if exists (select 1 from pgmq.meta as m where m.queue_name = v_queue) then
-      perform pgmq.drop_queue(v_queue);
-    end if;
+      or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue);
+    for v_listed in select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue loop
+      perform pgmq.drop_queue(v_listed);
+    end loop;
     delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
   end loop;
 end;

@@ -1,37 +1,89 @@
--- Startup compilation: creates a missing flow from its shape, verifies an existing one, and on a
--- structural difference recompiles only in a local database (pgflow.local = on), else reports a
--- mismatch and changes nothing. Takes the flow's definition lock.
-create function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb)
+-- Startup compilation: creates a missing flow from its shape in its queue mode, verifies an
+-- existing one (shape, then queue mode and the persisted route of every step), and on a
+-- difference recompiles only in a local database (pgflow.local = on), else reports a mismatch of
+-- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
+-- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
+-- step mode). Takes the flow's definition lock; any failure rolls back everything.
+create function pgflow.ensure_flow_compiled(
+  flow_slug text,
+  shape jsonb,
+  queue_mode text default 'flow',
+  route_map jsonb default null
+)
 returns jsonb
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_differences text[];
+  v_step_slugs text[];
+  v_queues text[];
+  v_derived jsonb;
+  v_persisted jsonb;
+  v_mode text;
+  v_twin text;
+  v_differences text[] := '{}';
+  v_routing text[] := '{}';
+  v_kind text;
 begin
   perform pgflow._validate_flow_shape(shape);
+  v_step_slugs := array(select s.value ->> 'slug' from jsonb_array_elements(shape -> 'steps') as s);
+  select coalesce(array_agg(r.queue_name order by r.step_index), '{}'),
+    coalesce(jsonb_agg(jsonb_build_object('stepSlug', r.step_slug, 'queueName', r.queue_name) order by r.step_index), '[]')
+  into v_queues, v_derived
+  from pgflow.derive_queue_routes(flow_slug, v_step_slugs, queue_mode) as r;
+  perform pgflow._check_route_map(flow_slug, queue_mode, v_derived, route_map);
+
   perform pgflow._lock_flow_definition(flow_slug);
 
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
-    perform pgflow._create_flow_from_shape(flow_slug, shape);
+  select f.flow_slug into v_twin from pgflow.flows as f
+  where lower(f.flow_slug) = lower(ensure_flow_compiled.flow_slug) and f.flow_slug <> ensure_flow_compiled.flow_slug;
+  if v_twin is not null then
+    raise exception 'Flow "%" differs only in case from the existing flow "%".', flow_slug, v_twin
+      using errcode = '23505', detail = 'Flow slugs are unique ignoring case.',
+        hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
+
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  if not found then
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
     return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
 
   v_differences := pgflow._compare_flow_shapes(
     pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
   );
-  if cardinality(v_differences) = 0 then
+  if v_mode <> queue_mode then
+    v_routing := v_routing || format('Queue mode differs: expected "%s", persisted "%s"', queue_mode, v_mode);
+  end if;
+  -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
+  -- a different shape the steps do not line up, and the shape differences say enough.
+  v_persisted := pgflow._get_queue_routes(flow_slug);
+  if cardinality(v_differences) = 0 and v_persisted <> v_derived then
+    v_routing := v_routing || array(
+      select format('Route of step "%s" differs: expected queue "%s", persisted "%s"',
+        e.value ->> 'stepSlug', e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
+      from jsonb_array_elements(v_derived) with ordinality as e
+      where e.value <> v_persisted -> (e.ordinality - 1)::int
+      order by e.ordinality
+    );
+  end if;
+  if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
     return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
+  v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
+  v_differences := v_differences || v_routing;
 
   if coalesce(current_setting('pgflow.local', true), '') = 'on' then
+    -- The new queues must be free before the old definition goes (its own queues count as free).
+    perform pgflow._preflight_queue_names(flow_slug,
+      case when queue_mode = 'flow' then array[lower(flow_slug)] else v_queues end);
     perform pgflow.delete_flow_and_data(flow_slug);
-    perform pgflow._create_flow_from_shape(flow_slug, shape);
-    return jsonb_build_object('status', 'recompiled', 'mismatchKind', 'shape',
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
       'differences', to_jsonb(v_differences));
   end if;
-  return jsonb_build_object('status', 'mismatch', 'mismatchKind', 'shape',
+  return jsonb_build_object('status', 'mismatch', 'mismatchKind', v_kind,
     'differences', to_jsonb(v_differences));
 end;
 $$;

@@ -3,7 +3,16 @@
 -- timeout + 2 s, and returns the tasks with their inputs. Task rows locked by someone else are
 -- skipped (their message comes back later), so a claim never waits; then PGMQ rows are locked.
 -- First it archives the queue's batch of completed tasks' messages.
-create function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text)
+-- The selector follows the flow's queue mode: a step-queued flow claims only tasks of step_slug,
+-- which must name a step exactly and queue_name its exact route; a flow-mode flow takes no step.
+-- A wrong selector raises before anything changes.
+create function pgflow.start_tasks(
+  flow_slug text,
+  msg_ids bigint[],
+  worker_id uuid,
+  queue_name text,
+  step_slug text default null
+)
 returns setof pgflow.step_task_record
 language plpgsql
 volatile
@@ -11,6 +20,9 @@ set search_path = ''
 as $$
 declare
   v_queue text := lower(queue_name);
+  v_mode text;
+  v_route text;
+  v_twin text;
   v_run_ids uuid[];
   v_step_slugs text[];
   v_task_indexes int[];
@@ -20,6 +32,36 @@ declare
 begin
   if queue_name is null then
     raise exception 'start_tasks needs the queue the messages were read from.' using errcode = '22004';
+  end if;
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = start_tasks.flow_slug;
+  if not found then
+    raise exception 'Flow "%" does not exist.', flow_slug using errcode = 'P0002';
+  end if;
+  if v_mode = 'flow' and step_slug is not null then
+    raise exception 'Flow "%" uses its default queue, so start_tasks takes no step slug.', flow_slug
+      using errcode = '22023', hint = 'Call start_tasks without step_slug for a flow-mode flow.';
+  end if;
+  if v_mode = 'step' then
+    if step_slug is null then
+      raise exception 'Flow "%" uses per-step queues, so start_tasks needs the step slug.', flow_slug
+        using errcode = '22023', hint = 'Pass step_slug => the step this worker runs, with that step''s queue.';
+    end if;
+    select s.queue_name into v_route from pgflow.steps as s
+    where s.flow_slug = start_tasks.flow_slug and s.step_slug = start_tasks.step_slug;
+    if not found then
+      select s.step_slug into v_twin from pgflow.steps as s
+      where s.flow_slug = start_tasks.flow_slug and lower(s.step_slug) = lower(start_tasks.step_slug);
+      if v_twin is not null then
+        raise exception 'Flow "%" has no step "%".', flow_slug, step_slug
+          using errcode = '22023', detail = format('Step slugs match exactly; did you mean "%s"?', v_twin);
+      end if;
+      raise exception 'Flow "%" has no step "%".', flow_slug, step_slug using errcode = '22023';
+    end if;
+    if v_route <> queue_name then
+      raise exception 'Step "%" of flow "%" is routed to queue "%", not "%".', step_slug, flow_slug, v_route, queue_name
+        using errcode = '22023', hint = 'Claim with the messages read from the step''s own queue.';
+    end if;
+    v_queue := v_route;
   end if;
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
@@ -37,6 +79,7 @@ begin
     from pgflow.step_tasks as t
     where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
       and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
+      and (start_tasks.step_slug is null or t.step_slug = start_tasks.step_slug)
     order by t.run_id, t.step_slug, t.task_index
     for update skip locked
   ),

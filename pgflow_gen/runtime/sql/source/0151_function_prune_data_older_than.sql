@@ -1,6 +1,8 @@
 -- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
 -- states and tasks, workers silent for longer than retention, and archived messages older than
--- retention in every queue a flow routes to. Running runs are never touched, whatever their age.
+-- retention in every queue a flow owns (its steps' routes, plus lower(flow_slug) for a flow-mode
+-- flow), found by their canonical archive table names without listing queues. Running runs are
+-- never touched, whatever their age.
 create function pgflow.prune_data_older_than(retention interval)
 returns jsonb
 language plpgsql
@@ -43,11 +45,11 @@ begin
   get diagnostics v_workers = row_count;
 
   for v_queue in
-    select distinct s.queue_name from pgflow.steps as s
+    select s.queue_name from pgflow.steps as s
     union
-    select lower(f.flow_slug) from pgflow.flows as f
+    select lower(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
   loop
-    continue when not exists (select 1 from pgmq.meta as m where m.queue_name = v_queue);
+    continue when to_regclass(format('pgmq.%I', 'a_' || v_queue)) is null;
     execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
     get diagnostics v_count = row_count;
     v_archived := v_archived + v_count;

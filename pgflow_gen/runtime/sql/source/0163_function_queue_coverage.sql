@@ -1,0 +1,28 @@
+-- Which queue routes have a live worker right now: every persisted step route, left-joined to the
+-- workers registered on exactly that queue that are neither stopped nor deprecated and sent a
+-- heartbeat within `freshness` (workers beat every 5 s; the default spans three beats).
+-- Several live instances are one covered route. A point-in-time check, run after a deployment.
+create function pgflow.queue_coverage(freshness interval default '15 seconds')
+returns table (
+  flow_slug text,
+  step_slug text,
+  step_index int,
+  queue_name text,
+  live_workers int,
+  covered boolean
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select s.flow_slug, s.step_slug, s.step_index, s.queue_name,
+    count(w.worker_id)::int, count(w.worker_id) > 0
+  from pgflow.steps as s
+  left join pgflow.workers as w
+    on w.queue_name = s.queue_name
+    and w.stopped_at is null
+    and w.deprecated_at is null
+    and w.last_heartbeat_at > now() - queue_coverage.freshness
+  group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
+  order by s.flow_slug, s.step_index
+$$;
