@@ -26,7 +26,7 @@ QUEUE_SEPARATOR = "__"
 QueueMode = Literal["flow", "step"]
 QUEUE_MODES: tuple[QueueMode, ...] = ("flow", "step")
 
-_SLUG_CHARACTERS = re.compile(r"^[A-Za-z0-9_]+$")
+_SLUG_CHARACTERS = re.compile(r"[A-Za-z0-9_]+")
 SLUG_HINT = (
     "Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not"
     ' ending with "_", for example "greetUser" or "greet_user".'
@@ -124,7 +124,7 @@ def slug_violation(slug: str) -> str | None:
         return "it is empty"
     if len(slug) > MAX_SLUG_LENGTH:
         return f"it has {len(slug)} characters; at most {MAX_SLUG_LENGTH} are allowed"
-    if not _SLUG_CHARACTERS.match(slug):
+    if not _SLUG_CHARACTERS.fullmatch(slug):
         return "only ASCII letters, digits and underscores are allowed"
     if not slug[0].isalpha():
         return "it must start with a letter"

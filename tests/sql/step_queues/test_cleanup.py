@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+import pytest
+
 from tests.engine import Engine
 
 STEPS: list[dict[str, Any]] = [{"slug": "classify"}, {"slug": "deliverSlack", "deps": ["classify"]}]
@@ -34,6 +37,16 @@ def test_deletion_drops_a_queue_under_the_spelling_pgmq_lists(engine: Engine) ->
     engine.call("delete_flow_and_data", "threads")
     assert queues(engine) == []
     assert engine.value("select to_regclass('pgmq.q_threads__classify')") is None
+
+
+def test_deletion_refuses_two_spellings_of_one_queue_and_deletes_nothing(engine: Engine) -> None:
+    engine.compile("threads", STEPS)
+    engine.start("threads")
+    engine.conn.execute("select pgmq.create('THREADS__classify')")  # same tables, second name
+    with pytest.raises(psycopg.errors.DuplicateObject, match="is ambiguous"):
+        engine.call("delete_flow_and_data", "threads")
+    assert engine.value("select count(*) from pgflow.runs") == 1
+    assert len(engine.queued_messages("threads__classify")) == 1
 
 
 def test_pruning_a_step_flow_uses_its_step_queues_and_not_the_default_name(

@@ -114,10 +114,11 @@ def test_a_mode_difference_is_a_routing_mismatch_in_production(engine: Engine) -
     result = engine.compile("threads", STEPS, mode="step")
     assert (result["status"], result["mismatchKind"]) == ("mismatch", "routing")
     assert result["differences"] == [
-        'Queue mode differs: expected "step", persisted "flow"',
-        'Route of step "classify" differs: expected queue "threads__classify", persisted "threads"',
-        'Route of step "deliverSlack" differs: expected queue "threads__deliverslack",'
+        'Queue mode of flow "threads" differs: expected "step", persisted "flow"',
+        'Route of step "classify" of flow "threads" differs: expected queue "threads__classify",'
         ' persisted "threads"',
+        'Route of step "deliverSlack" of flow "threads" differs: expected queue'
+        ' "threads__deliverslack", persisted "threads"',
     ]
     assert queues(engine) == ["threads"]
     assert engine.run(run_id)["status"] == "started"
@@ -132,7 +133,7 @@ def test_persisted_routes_are_compared_even_when_shape_and_mode_match(engine: En
     result = engine.compile("threads", STEPS)
     assert (result["status"], result["mismatchKind"]) == ("mismatch", "routing")
     assert result["differences"] == [
-        'Route of step "classify" differs: expected queue "threads__classify",'
+        'Route of step "classify" of flow "threads" differs: expected queue "threads__classify",'
         ' persisted "threads__elsewhere"'
     ]
 
@@ -223,6 +224,12 @@ def test_a_case_variant_of_an_existing_flow_is_rejected(engine: Engine) -> None:
         engine.compile("Threads", STEPS)
 
 
+def test_create_flow_refuses_an_existing_step_queued_flow(engine: Engine) -> None:
+    engine.compile("threads", STEPS)
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="uses per-step queues"):
+        engine.call("create_flow", "threads")
+
+
 def test_add_step_refuses_a_step_queued_flow(engine: Engine) -> None:
     engine.compile("threads", STEPS)
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="uses per-step queues"):
@@ -232,11 +239,12 @@ def test_add_step_refuses_a_step_queued_flow(engine: Engine) -> None:
 
 def test_repeated_definition_calls_never_reset_a_persisted_route(engine: Engine) -> None:
     engine.compile("threads", STEPS)
-    engine.call("create_flow", "threads")
-    assert [
-        r["queue_name"]
-        for r in engine.all("select queue_name from pgflow.steps order by step_index")
-    ] == QUEUES
+    for function, args in (("create_flow", ["threads"]), ("add_step", ["threads", "classify"])):
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            engine.call(function, *args)
+    assert engine.compile("threads", STEPS)["status"] == "verified"
+    routes = engine.all("select queue_name from pgflow.steps order by step_index")
+    assert [r["queue_name"] for r in routes] == QUEUES
 
 
 def test_concurrent_compilation_by_several_step_workers_converges(

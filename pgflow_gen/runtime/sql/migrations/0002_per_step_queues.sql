@@ -30,7 +30,10 @@ as $$
   end
 $$;
 
--- Every persisted definition, used or not, must follow the new rules before anything changes.
+-- Every persisted definition, used or not, must follow the new rules before anything changes;
+-- the lock keeps version-1 writers from slipping a definition in between check and constraint.
+lock table pgflow.flows, pgflow.steps in share row exclusive mode;
+
 do $migration$
 declare
   v_violations text[];
@@ -246,8 +249,9 @@ begin
     if v_listed <> array[v_queue] then
       raise exception 'The queue "%" of flow "%" is ambiguous.', v_queue, flow_slug
         using errcode = '42710',
-          detail = format('PGMQ lists %s for it.', array_to_string(v_listed, ', ')),
-          hint = 'Keep only the lowercase queue; drop the others after moving their messages.';
+          detail = format('PGMQ lists %s for it; PGMQ names the tables in lowercase, so these spellings are one physical queue.',
+            array_to_string(v_listed, ', ')),
+          hint = 'Remove the extra spellings'' rows from pgmq.meta (never pgmq.drop_queue, which drops the shared tables).';
     end if;
   end loop;
 end;
@@ -285,7 +289,8 @@ $$;
 
 -- Defines a flow-mode flow and creates its queue lower(flow_slug). Idempotent: an existing flow is
 -- returned as it is, and different options for it are an error, never a silent change. A slug
--- differing only in case from an existing flow, or a queue pgflow does not own, is rejected.
+-- differing only in case from an existing flow, an existing step-queued flow, or a queue pgflow
+-- does not own is rejected.
 -- Takes the flow's definition lock.
 create or replace function pgflow.create_flow(
   flow_slug text,
@@ -313,6 +318,11 @@ begin
       using errcode = '23505',
         detail = 'Flow slugs are unique ignoring case.',
         hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
+  if found and v_flow.queue_mode <> 'flow' then
+    raise exception 'Flow "%" uses per-step queues; create_flow defines flow-mode flows only.', flow_slug
+      using errcode = '55000',
+        hint = 'A step-queued flow is defined as a whole by pgflow.ensure_flow_compiled().';
   end if;
   if found then
     if (max_attempts is not null and max_attempts <> v_flow.opt_max_attempts)
@@ -444,7 +454,8 @@ $$;
 -- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
 -- and drops the queues its queue mode owns: the steps' routes, plus lower(flow_slug) in flow mode
 -- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
--- under every spelling PGMQ lists for it, and kept while another flow still routes to it.
+-- under the spelling PGMQ lists for it (two spellings are refused as ambiguous), and kept while
+-- another flow still routes to it.
 -- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
@@ -458,7 +469,7 @@ declare
   v_active_queues text[];
   v_active_messages bigint[];
   v_mode text;
-  v_listed text;
+  v_listed text[];
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
@@ -503,9 +514,17 @@ begin
   foreach v_queue in array v_queues loop
     continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
       or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue);
-    for v_listed in select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue loop
-      perform pgmq.drop_queue(v_listed);
-    end loop;
+    v_listed := array(select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue);
+    if cardinality(v_listed) > 1 then
+      -- PGMQ names a queue's tables in lowercase: these spellings are one physical queue.
+      raise exception 'The queue "%" of flow "%" is ambiguous.', v_queue, flow_slug
+        using errcode = '42710',
+          detail = format('PGMQ lists %s for the same tables; nothing was deleted.', array_to_string(v_listed, ', ')),
+          hint = 'Remove the extra rows from pgmq.meta (never pgmq.drop_queue, which drops the shared tables), then delete again.';
+    end if;
+    if cardinality(v_listed) = 1 then
+      perform pgmq.drop_queue(v_listed[1]);
+    end if;
     delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
   end loop;
 end;
@@ -567,15 +586,16 @@ begin
     pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
   );
   if v_mode <> queue_mode then
-    v_routing := v_routing || format('Queue mode differs: expected "%s", persisted "%s"', queue_mode, v_mode);
+    v_routing := v_routing || format('Queue mode of flow "%s" differs: expected "%s", persisted "%s"',
+      flow_slug, queue_mode, v_mode);
   end if;
   -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
   -- a different shape the steps do not line up, and the shape differences say enough.
   v_persisted := pgflow._get_queue_routes(flow_slug);
   if cardinality(v_differences) = 0 and v_persisted <> v_derived then
     v_routing := v_routing || array(
-      select format('Route of step "%s" differs: expected queue "%s", persisted "%s"',
-        e.value ->> 'stepSlug', e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
+      select format('Route of step "%s" of flow "%s" differs: expected queue "%s", persisted "%s"',
+        e.value ->> 'stepSlug', flow_slug, e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
       from jsonb_array_elements(v_derived) with ordinality as e
       where e.value <> v_persisted -> (e.ordinality - 1)::int
       order by e.ordinality

@@ -50,8 +50,9 @@ begin
     if v_listed <> array[v_queue] then
       raise exception 'The queue "%" of flow "%" is ambiguous.', v_queue, flow_slug
         using errcode = '42710',
-          detail = format('PGMQ lists %s for it.', array_to_string(v_listed, ', ')),
-          hint = 'Keep only the lowercase queue; drop the others after moving their messages.';
+          detail = format('PGMQ lists %s for it; PGMQ names the tables in lowercase, so these spellings are one physical queue.',
+            array_to_string(v_listed, ', ')),
+          hint = 'Remove the extra spellings'' rows from pgmq.meta (never pgmq.drop_queue, which drops the shared tables).';
     end if;
   end loop;
 end;

@@ -1,6 +1,7 @@
 -- Defines a flow-mode flow and creates its queue lower(flow_slug). Idempotent: an existing flow is
 -- returned as it is, and different options for it are an error, never a silent change. A slug
--- differing only in case from an existing flow, or a queue pgflow does not own, is rejected.
+-- differing only in case from an existing flow, an existing step-queued flow, or a queue pgflow
+-- does not own is rejected.
 -- Takes the flow's definition lock.
 create function pgflow.create_flow(
   flow_slug text,
@@ -28,6 +29,11 @@ begin
       using errcode = '23505',
         detail = 'Flow slugs are unique ignoring case.',
         hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
+  if found and v_flow.queue_mode <> 'flow' then
+    raise exception 'Flow "%" uses per-step queues; create_flow defines flow-mode flows only.', flow_slug
+      using errcode = '55000',
+        hint = 'A step-queued flow is defined as a whole by pgflow.ensure_flow_compiled().';
   end if;
   if found then
     if (max_attempts is not null and max_attempts <> v_flow.opt_max_attempts)

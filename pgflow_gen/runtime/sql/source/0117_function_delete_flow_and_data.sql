@@ -1,7 +1,8 @@
 -- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
 -- and drops the queues its queue mode owns: the steps' routes, plus lower(flow_slug) in flow mode
 -- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
--- under every spelling PGMQ lists for it, and kept while another flow still routes to it.
+-- under the spelling PGMQ lists for it (two spellings are refused as ambiguous), and kept while
+-- another flow still routes to it.
 -- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
@@ -15,7 +16,7 @@ declare
   v_active_queues text[];
   v_active_messages bigint[];
   v_mode text;
-  v_listed text;
+  v_listed text[];
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
@@ -60,9 +61,17 @@ begin
   foreach v_queue in array v_queues loop
     continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
       or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue);
-    for v_listed in select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue loop
-      perform pgmq.drop_queue(v_listed);
-    end loop;
+    v_listed := array(select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue);
+    if cardinality(v_listed) > 1 then
+      -- PGMQ names a queue's tables in lowercase: these spellings are one physical queue.
+      raise exception 'The queue "%" of flow "%" is ambiguous.', v_queue, flow_slug
+        using errcode = '42710',
+          detail = format('PGMQ lists %s for the same tables; nothing was deleted.', array_to_string(v_listed, ', ')),
+          hint = 'Remove the extra rows from pgmq.meta (never pgmq.drop_queue, which drops the shared tables), then delete again.';
+    end if;
+    if cardinality(v_listed) = 1 then
+      perform pgmq.drop_queue(v_listed[1]);
+    end if;
     delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
   end loop;
 end;

@@ -54,15 +54,16 @@ begin
     pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
   );
   if v_mode <> queue_mode then
-    v_routing := v_routing || format('Queue mode differs: expected "%s", persisted "%s"', queue_mode, v_mode);
+    v_routing := v_routing || format('Queue mode of flow "%s" differs: expected "%s", persisted "%s"',
+      flow_slug, queue_mode, v_mode);
   end if;
   -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
   -- a different shape the steps do not line up, and the shape differences say enough.
   v_persisted := pgflow._get_queue_routes(flow_slug);
   if cardinality(v_differences) = 0 and v_persisted <> v_derived then
     v_routing := v_routing || array(
-      select format('Route of step "%s" differs: expected queue "%s", persisted "%s"',
-        e.value ->> 'stepSlug', e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
+      select format('Route of step "%s" of flow "%s" differs: expected queue "%s", persisted "%s"',
+        e.value ->> 'stepSlug', flow_slug, e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
       from jsonb_array_elements(v_derived) with ordinality as e
       where e.value <> v_persisted -> (e.ordinality - 1)::int
       order by e.ordinality
