@@ -6,7 +6,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -14,24 +14,72 @@ import psycopg
 InputT = TypeVar("InputT")
 
 
+class _Lazy:
+    """Opens the task's own database connection and loads the run input on first use."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        self._connection: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._connection is not None
+
+    def connection(self) -> psycopg.Connection[Any]:
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._connect()
+            return self._connection
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+
 @dataclass(frozen=True)
 class Context(Generic[InputT]):
     """The second argument of every handler.
 
-    `flow_input()` loads the run input on first use (map tasks do not carry it); `shutdown` is set
-    when the worker drains, so long handlers can stop early; `connection` is a database
-    connection for the handler's own queries.
+    `flow_input()` returns the run input (loaded on first use: map tasks and dependent steps do
+    not carry it); `attempt` counts this task's claims, 1 on the first try; `shutdown` is set when
+    the worker drains, so long handlers can stop early; `connection` is a database connection
+    for the handler's own queries (opened on first use, closed when the handler returns; it is
+    in autocommit mode).
     """
 
     run_id: uuid.UUID
     step_slug: str
     task_index: int
-    attempt: int
     worker_id: uuid.UUID
     shutdown: threading.Event
     logger: logging.Logger
-    connection: psycopg.Connection[Any]
-    _load_flow_input: Callable[[], InputT]
+    _flow_input: Any = field(default=None, repr=False)
+    _lazy: _Lazy | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        if self._lazy is None:
+            raise RuntimeError("This context has no database connection.")
+        return self._lazy.connection()
+
+    @property
+    def attempt(self) -> int:
+        row = self.connection.execute(
+            "select attempts_count from pgflow.step_tasks"
+            " where run_id = %s and step_slug = %s and task_index = %s",
+            (self.run_id, self.step_slug, self.task_index),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def flow_input(self) -> InputT:
-        return self._load_flow_input()
+        if self._flow_input is not None:
+            return self._flow_input  # type: ignore[no-any-return]
+        row = self.connection.execute(
+            "select input from pgflow.runs where run_id = %s", (self.run_id,)
+        ).fetchone()
+        value: Any = row[0] if row else None
+        object.__setattr__(self, "_flow_input", value)
+        return value  # type: ignore[no-any-return]

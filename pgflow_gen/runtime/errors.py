@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pgflow_gen.errors import PgflowError
 
-__all__ = ["ConfigError", "DatabaseError", "MigrationError", "PgflowError"]
+__all__ = [
+    "ConfigError",
+    "DatabaseError",
+    "FlowCompilationError",
+    "FlowMismatchError",
+    "FlowRoutingMismatchError",
+    "FlowShapeMismatchError",
+    "MigrationError",
+    "PgflowError",
+]
 
 
 class ConfigError(PgflowError):
@@ -23,3 +32,40 @@ class MigrationError(PgflowError):
     """An engine migration could not be applied, or an applied one was changed afterwards."""
 
     code = "migration_error"
+
+
+class FlowCompilationError(PgflowError):
+    """The engine refused to compile a flow (a queue collision, an invalid definition)."""
+
+    code = "flow_compilation_error"
+
+
+class FlowMismatchError(PgflowError):
+    """A flow differs from its definition in the database; nothing was changed."""
+
+    code = "flow_mismatch"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str | None = None,
+        hint: str | None = None,
+        flow_slug: str,
+        differences: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, detail=detail, hint=hint)
+        self.flow_slug = flow_slug
+        self.differences = differences
+
+
+class FlowShapeMismatchError(FlowMismatchError):
+    """The steps, dependencies, types or conditions differ."""
+
+    code = "flow_shape_mismatch"
+
+
+class FlowRoutingMismatchError(FlowMismatchError):
+    """The queue mode or a step's queue route differs."""
+
+    code = "flow_routing_mismatch"

@@ -1,21 +1,34 @@
-"""Starting a worker process: `start_worker` (the process loop arrives with the runtime issue).
+"""Starting a worker process: `start_worker`, called once per process by a generated entry file.
 
 A plain flow is served by one worker for all its steps (`handlers`); a step-queued flow needs one
-worker per step (`step_slug` from the flow's Literal union, and that step's `handler`).
+worker per step (`step_slug` from the flow's Literal union, and that step's `handler`). Both are
+checked here, before anything connects; then the worker compiles or verifies the flow, registers
+with its exact queue and polls until SIGTERM/SIGINT or deprecation (see `worker_loop`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
+from pgflow_gen import naming
+from pgflow_gen.runtime import database, errors, worker_config
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.worker_loop import Assignment, Worker
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 Handler = Callable[..., Any]
+
+_started = threading.Lock()
+log = logging.getLogger("pgflow_gen.worker")
 
 
 @overload
@@ -30,6 +43,7 @@ def start_worker(
     poll_interval: float | None = None,
     shutdown_grace: float | None = None,
     worker_name: str | None = None,
+    argv: Sequence[str] | None = None,
 ) -> None: ...
 
 
@@ -45,6 +59,7 @@ def start_worker(
     poll_interval: float | None = None,
     shutdown_grace: float | None = None,
     worker_name: str | None = None,
+    argv: Sequence[str] | None = None,
 ) -> None: ...
 
 
@@ -60,9 +75,127 @@ def start_worker(
     poll_interval: float | None = None,
     shutdown_grace: float | None = None,
     worker_name: str | None = None,
+    argv: Sequence[str] | None = None,
 ) -> None:
-    """Run a worker until it is stopped (SIGTERM/SIGINT) or deprecated."""
-    raise NotImplementedError(
-        "The worker process loop is not built yet (runtime issue); generated entry files and"
-        " their types are ready for it."
+    """Run a worker until it is stopped (SIGTERM/SIGINT) or deprecated.
+
+    Settings given here are overridden by `PGFLOW_*` environment variables and, when `argv` is
+    given (generated entry files pass their command line), by `--flags`.
+    """
+    assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
+    given = {
+        "max_concurrent": max_concurrent,
+        "batch_size": batch_size,
+        "poll_interval": poll_interval,
+        "shutdown_grace": shutdown_grace,
+        "worker_name": worker_name,
+    }
+    settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    settings.update(worker_config.overrides(argv or (), os.environ))
+    url_override = settings.pop("database_url", None)
+    worker_config.check(settings)
+    tuning = worker_config.Tuning(**settings)
+    if not _started.acquire(blocking=False):
+        raise errors.ConfigError(
+            "start_worker was already called in this process.",
+            hint="Run one worker per process: one entry file (see the Procfile) per process.",
+        )
+    _configure_logging()
+    url = database.resolve_url(url_override or database_url)
+    worker = Worker(assignment, tuning, url, log)
+    asyncio.run(worker.run())
+    if worker.abandoned:
+        # Handler threads still running after the grace period cannot be stopped; leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def assignment_for(
+    flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+    *,
+    step_slug: str | None,
+    handler: Handler | None,
+    handlers: Mapping[str, object] | None,
+) -> Assignment:
+    """Check what a worker is asked to serve (no I/O) and describe it; raises ConfigError."""
+    if isinstance(flow, StepQueuedFlow):
+        valid = ", ".join(f'"{r.step_slug}"' for r in flow.routes)
+        if handlers is not None:
+            raise errors.ConfigError(
+                f'A worker of step-queued flow "{flow.slug}" runs one step: pass step_slug and'
+                " handler, not handlers.",
+                hint=f"Valid step slugs: {valid}.",
+            )
+        if step_slug is None or step_slug not in {r.step_slug for r in flow.routes}:
+            problem = "needs a step_slug" if step_slug is None else f'has no step "{step_slug}"'
+            raise errors.ConfigError(
+                f'Step-queued flow "{flow.slug}" {problem}.',
+                detail="A step-queued flow runs one worker process per step.",
+                hint=f"Valid step slugs: {valid}.",
+            )
+        if not callable(handler):
+            raise errors.ConfigError(f'The handler of step "{step_slug}" is not callable.')
+        route = flow.route(step_slug)
+        return Assignment(
+            flow=flow.flow,
+            queue_mode="step",
+            queue_name=route.queue_name,
+            step_slug=step_slug,
+            handlers={step_slug: handler},
+            route_map=tuple(flow.route_map()),
+        )
+    if not isinstance(flow, Flow):
+        raise errors.ConfigError(
+            f"start_worker needs a Flow or a StepQueuedFlow, got {type(flow).__name__}."
+        )
+    if step_slug is not None or handler is not None:
+        raise errors.ConfigError(
+            f'Flow "{flow.slug}" uses its default queue, so its worker takes no step_slug or'
+            " handler.",
+            detail="One worker runs every step of a plain flow.",
+            hint="Pass handlers={...} for all steps, or wrap the flow with with_step_queues() to"
+            " run one worker per step.",
+        )
+    return _plain_assignment(flow, handlers)
+
+
+def _plain_assignment(
+    flow: Flow[Any, Any, Any], handlers: Mapping[str, object] | None
+) -> Assignment:
+    given = dict(handlers or {})
+    missing = [slug for slug in flow.step_order if slug not in given]
+    unknown = sorted(set(given) - set(flow.step_order))
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append("missing " + ", ".join(f'"{s}"' for s in missing))
+        if unknown:
+            problems.append("unknown " + ", ".join(f'"{s}"' for s in unknown))
+        raise errors.ConfigError(
+            f'The handlers of flow "{flow.slug}" do not match its steps: {"; ".join(problems)}.',
+            hint="Valid step slugs: " + ", ".join(f'"{s}"' for s in flow.step_order) + ".",
+        )
+    not_callable = [slug for slug, fn in given.items() if not callable(fn)]
+    if not_callable:
+        raise errors.ConfigError(f"Handlers of steps {', '.join(not_callable)} are not callable.")
+    routes = naming.resolve_queue_routes(flow.slug, flow.step_order, "flow")
+    return Assignment(
+        flow=flow,
+        queue_mode="flow",
+        queue_name=flow.slug.lower(),
+        step_slug=None,
+        handlers={slug: fn for slug, fn in given.items() if callable(fn)},
+        route_map=tuple({"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes),
+    )
+
+
+def _configure_logging() -> None:
+    if logging.getLogger().handlers:
+        return
+    level = os.environ.get("PGFLOW_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )

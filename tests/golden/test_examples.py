@@ -8,9 +8,12 @@ import pytest
 
 from pgflow_gen.codegen import build
 
-EXAMPLES = sorted(
-    p for p in (Path(__file__).parents[2] / "examples").iterdir() if (p / "flows").is_dir()
-)
+ROOT = Path(__file__).parents[2]
+# The examples, and the project the end-to-end tests run: both commit their generated output.
+EXAMPLES = [
+    *sorted(p for p in (ROOT / "examples").iterdir() if (p / "flows").is_dir()),
+    ROOT / "tests" / "e2e" / "project",
+]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])

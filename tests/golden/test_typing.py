@@ -12,7 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "golden" / "cases"
-EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "app").is_dir())
+# The examples, and the project the end-to-end tests run (its handlers are typed the same way).
+EXAMPLES = [
+    *sorted(p for p in (ROOT / "examples").iterdir() if (p / "app").is_dir()),
+    ROOT / "tests" / "e2e" / "project",
+]
 NEGATIVE_EXAMPLE = ROOT / "examples" / "community_threads"
 
 
@@ -56,7 +60,8 @@ def test_each_example_passes_mypy_strict(example: Path) -> None:
         else []
     )
     result = mypy(
-        "--config-file", os.devnull, "--warn-unused-ignores", "app", *extra,
+        "--config-file", os.devnull, "--warn-unused-ignores", "--explicit-package-bases", "app",
+        *extra,
         cwd=example, mypypath=example,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout

@@ -8,6 +8,8 @@ Queue: communitythreadsv1__listhelpers
 
 from __future__ import annotations
 
+import sys
+
 import app.handlers
 
 from ...community_threads_v1 import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="listHelpers",
         handler=HANDLER,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -8,6 +8,8 @@ Queue: contentpipelinev1__fetchpages
 
 from __future__ import annotations
 
+import sys
+
 import app.handlers
 
 from ...content_pipeline_v1 import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="fetchPages",
         handler=HANDLER,
         max_concurrent=8,
+        argv=sys.argv[1:],
     )

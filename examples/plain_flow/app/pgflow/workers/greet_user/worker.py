@@ -7,6 +7,8 @@ Queue: greetuser
 
 from __future__ import annotations
 
+import sys
+
 import app.handlers
 
 from ...greet_user import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         FLOW,
         handlers=HANDLERS,
         max_concurrent=4,
+        argv=sys.argv[1:],
     )

@@ -8,6 +8,8 @@ Queue: routeticketv2__archive
 
 from __future__ import annotations
 
+import sys
+
 import app.tickets
 
 from ...route_ticket_v2 import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="archive",
         handler=HANDLER,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -7,6 +7,8 @@ Queue: typedshapes
 
 from __future__ import annotations
 
+import sys
+
 import shapes
 
 from ...typed_shapes import (
@@ -24,4 +26,5 @@ if __name__ == "__main__":
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -7,6 +7,8 @@ Queue: resizeimages
 
 from __future__ import annotations
 
+import sys
+
 import images
 
 from ...resize_images import (
@@ -26,4 +28,5 @@ if __name__ == "__main__":
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -8,6 +8,8 @@ Queue: contentpipeline__enrich
 
 from __future__ import annotations
 
+import sys
+
 import pipeline.handlers
 
 from ...content_pipeline import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="enrich",
         handler=HANDLER,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -7,6 +7,8 @@ Queue: import
 
 from __future__ import annotations
 
+import sys
+
 import kw.handlers
 
 from ...import_ import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
+        argv=sys.argv[1:],
     )

@@ -8,6 +8,8 @@ Queue: reportsnightlyaggregationpipelinev3__1
 
 from __future__ import annotations
 
+import sys
+
 import reports.jobs
 
 from ...reports_nightly_aggregation_pipeline_v3 import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="aggregateEverythingAcrossAllTenants",
         handler=HANDLER,
         max_concurrent=1,
+        argv=sys.argv[1:],
     )

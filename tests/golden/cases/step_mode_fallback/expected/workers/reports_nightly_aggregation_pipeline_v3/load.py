@@ -8,6 +8,8 @@ Queue: reportsnightlyaggregationpipelinev3__load
 
 from __future__ import annotations
 
+import sys
+
 import reports.jobs
 
 from ...reports_nightly_aggregation_pipeline_v3 import (
@@ -25,4 +27,5 @@ if __name__ == "__main__":
         step_slug="load",
         handler=HANDLER,
         max_concurrent=2,
+        argv=sys.argv[1:],
     )

@@ -1,0 +1,80 @@
+"""A database connection that comes back: reconnects with backoff after the server goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+FIRST_BACKOFF = 0.25
+MAX_BACKOFF = 5.0
+
+
+class Link:
+    """One autocommit connection, reopened on demand after `broken()`.
+
+    `on_connect` runs on every new connection (a worker re-registers, a listener re-listens).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        purpose: str,
+        logger: logging.Logger,
+        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self._url = url
+        self._purpose = purpose
+        self._log = logger
+        self._on_connect = on_connect
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._backoff = FIRST_BACKOFF
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        """The open connection, connecting (and retrying with backoff) when there is none."""
+        while self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                if self._on_connect is not None:
+                    await self._on_connect(conn)
+            except psycopg.OperationalError as exc:
+                self._log.warning(
+                    "database unreachable for %s (%s); retrying in %.2f s",
+                    self._purpose,
+                    _first_line(exc),
+                    self._backoff,
+                )
+                await asyncio.sleep(self._backoff)
+                self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+                continue
+            if self._backoff != FIRST_BACKOFF:
+                self._log.info("database connection for %s is back", self._purpose)
+            self._backoff = FIRST_BACKOFF
+            self._conn = conn
+        return self._conn
+
+    def adopt(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Use an already open connection (the one the worker started with)."""
+        self._conn = conn
+
+    async def broken(self, exc: BaseException) -> None:
+        """Forget the current connection after `exc`; the next `get()` reconnects."""
+        self._log.warning(
+            "lost the database connection for %s: %s", self._purpose, _first_line(exc)
+        )
+        await self.close()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

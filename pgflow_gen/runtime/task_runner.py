@@ -1,0 +1,102 @@
+"""Running one claimed task: call its handler (async directly, sync in a thread) and turn the
+outcome into a report for the engine: an output to complete the task with, or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgflow_gen.runtime.context import Context, _Lazy
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """One row of `pgflow.start_tasks`."""
+
+    flow_slug: str
+    run_id: uuid.UUID
+    step_slug: str
+    input: Any
+    msg_id: int
+    task_index: int
+    flow_input: Any
+
+
+@dataclass(frozen=True)
+class Report:
+    """A finished handler: `error` is None for success (then `output` completes the task)."""
+
+    task: ClaimedTask
+    output: Any = None
+    error: str | None = None
+
+
+async def run_task(
+    task: ClaimedTask,
+    handler: Handler,
+    *,
+    executor: Executor,
+    worker_id: uuid.UUID,
+    shutdown: threading.Event,
+    logger: logging.Logger,
+    database_url: str,
+) -> Report:
+    """Run `handler` for `task`; never raises (a failure becomes the report's error)."""
+    lazy = _Lazy(functools.partial(psycopg.connect, database_url, autocommit=True))
+    context: Context[Any] = Context(
+        run_id=task.run_id,
+        step_slug=task.step_slug,
+        task_index=task.task_index,
+        worker_id=worker_id,
+        shutdown=shutdown,
+        logger=logger,
+        _flow_input=task.flow_input,
+        _lazy=lazy,
+    )
+    handler_input = task.flow_input if task.flow_input is not None else task.input
+    loop = asyncio.get_running_loop()
+    try:
+        if inspect.iscoroutinefunction(handler):
+            result = await handler(handler_input, context)
+        else:
+            result = await loop.run_in_executor(
+                executor, functools.partial(handler, handler_input, context)
+            )
+            if inspect.isawaitable(result):
+                result = await result
+    except Exception as exc:  # a handler's failure is the task's failure
+        return Report(task, error=_describe(exc))
+    finally:
+        if lazy.opened:
+            await loop.run_in_executor(executor, lazy.close)
+    problem = _json_problem(result)
+    if problem is not None:
+        return Report(task, error=f"The handler's output is not JSON: {problem}.")
+    return Report(task, output=result)
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _json_problem(value: Any) -> str | None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,112 @@
+"""A worker's settings: what the entry file passes, overridden by `PGFLOW_*` variables and flags.
+
+Precedence, strongest first: command-line flags (`--max-concurrent 8`), environment variables
+(`PGFLOW_MAX_CONCURRENT=8`), the values in the entry file's `start_worker(...)` call, defaults.
+Everything is checked before the worker connects anywhere.
+
+>>> overrides(["--max-concurrent", "8"], {"PGFLOW_POLL_INTERVAL": "2.5"})
+{'poll_interval': 2.5, 'max_concurrent': 8}
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pgflow_gen.runtime import errors
+
+#: Seconds between heartbeats; queue coverage counts a worker live for three of them.
+HEARTBEAT_INTERVAL = 5.0
+#: Seconds a read message stays hidden until the claim sets its real lease (timeout + 2 s).
+READ_VISIBILITY = 10
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The tunable numbers of a worker."""
+
+    max_concurrent: int = 10
+    batch_size: int = 10
+    poll_interval: float = 5.0
+    shutdown_grace: float = 30.0
+    worker_name: str | None = None
+    notifications: bool = True
+    #: Seconds between stall-recovery sweeps (one worker at a time across all workers runs one).
+    recovery_interval: float = 15.0
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], bool]
+    rule: str
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "on", "yes"}:
+        return True
+    if lowered in {"0", "false", "off", "no"}:
+        return False
+    raise ValueError(text)
+
+
+_OPTIONS = (
+    _Option("max_concurrent", int, lambda v: v >= 1, "a whole number of at least 1"),
+    _Option("batch_size", int, lambda v: v >= 1, "a whole number of at least 1"),
+    _Option("poll_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0"),
+    _Option("shutdown_grace", float, lambda v: math.isfinite(v) and v >= 0, "seconds, 0 or more"),
+    _Option("worker_name", str, lambda v: bool(v.strip()), "a non-empty name"),
+    _Option("notifications", _flag, lambda v: True, "on or off"),
+    _Option("recovery_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0"),
+)
+
+
+def overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings given by `PGFLOW_<NAME>` variables and `--<name>` flags (flags win)."""
+    found: dict[str, Any] = {}
+    for option in _OPTIONS:
+        variable = "PGFLOW_" + option.name.upper()
+        if variable in environ:
+            found[option.name] = _parse(option, environ[variable], variable)
+    parser = argparse.ArgumentParser(add_help=True, description="Run a pgflow-gen worker.")
+    for option in _OPTIONS:
+        parser.add_argument("--" + option.name.replace("_", "-"), dest=option.name)
+    parser.add_argument("--database-url", dest="database_url")
+    parsed = parser.parse_args(list(argv))
+    for option in _OPTIONS:
+        raw = getattr(parsed, option.name)
+        if raw is not None:
+            found[option.name] = _parse(option, raw, "--" + option.name.replace("_", "-"))
+    if parsed.database_url:
+        found["database_url"] = parsed.database_url
+    return found
+
+
+def check(values: Mapping[str, Any]) -> None:
+    """Raise ConfigError for a setting outside its range."""
+    for option in _OPTIONS:
+        value = values.get(option.name)
+        if value is not None and not option.check(value):
+            raise errors.ConfigError(
+                f"Invalid worker setting {option.name}={value!r}.",
+                hint=f"{option.name} must be {option.rule}.",
+            )
+
+
+def _parse(option: _Option, raw: str, source: str) -> Any:
+    try:
+        value = option.parse(raw)
+    except ValueError:
+        raise errors.ConfigError(
+            f"Invalid value {raw!r} for {source}.", hint=f"It must be {option.rule}."
+        ) from None
+    if not option.check(value):
+        raise errors.ConfigError(
+            f"Invalid value {raw!r} for {source}.", hint=f"It must be {option.rule}."
+        )
+    return value

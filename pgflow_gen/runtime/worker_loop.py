@@ -1,0 +1,471 @@
+"""The worker process: compile or verify the flow, register, then poll one queue until stopped.
+
+Three coroutines share the work, each with its own connection that reconnects after failures:
+
+- the poller reads only as many messages as there are free handler slots, claims them with
+  `pgflow.start_tasks` and its exact selector, and starts their handlers; it sleeps until a PGMQ
+  insert notification, a freed slot, or the long-poll interval wakes it;
+- the reporter sends finished handlers' results (`complete_task` / `fail_task`) and keeps the
+  worker alive: a heartbeat every 5 s (deprecation makes the worker drain) and, one worker at a
+  time across all workers, `requeue_stalled_tasks()`;
+- the listener waits for PGMQ's insert notifications on this worker's queue.
+
+Results wait in memory until the reporter has sent them, so a lost connection loses nothing.
+SIGTERM or SIGINT (or deprecation) stops the polling and drains in-flight handlers for the grace
+period; the worker then marks itself stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from pgflow_gen.naming import QueueMode
+from pgflow_gen.runtime import errors
+from pgflow_gen.runtime.flow import Flow
+from pgflow_gen.runtime.links import Link
+from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
+from pgflow_gen.runtime.worker_config import (
+    HEARTBEAT_INTERVAL,
+    READ_VISIBILITY,
+    Tuning,
+)
+
+# Advisory lock keys in namespace 2 (1 and 2 belong to migrations).
+_LOCK_NAMESPACE = 2
+_RECOVERY_LOCK = 3
+_NOTIFY_SETUP_LOCK = 4
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one worker process serves: one flow, one queue, and in step mode exactly one step."""
+
+    flow: Flow[Any, Any, Any]
+    queue_mode: QueueMode
+    queue_name: str
+    step_slug: str | None
+    handlers: Mapping[str, Handler]
+    route_map: tuple[Mapping[str, str], ...]
+
+    def describe(self) -> str:
+        step = f", step {self.step_slug}" if self.step_slug else ""
+        return f"flow {self.flow.slug}{step}, queue {self.queue_name}"
+
+
+class Worker:
+    def __init__(
+        self, assignment: Assignment, tuning: Tuning, database_url: str, logger: logging.Logger
+    ) -> None:
+        self.assignment = assignment
+        self.tuning = tuning
+        self.url = database_url
+        self.log = logger
+        self.worker_id = uuid.uuid4()
+        self.name = tuning.worker_name or (
+            f"{assignment.flow.slug}.{assignment.step_slug}"
+            if assignment.step_slug
+            else assignment.flow.slug
+        )
+        self.shutdown = threading.Event()
+        self.abandoned = 0
+        self._executor = ThreadPoolExecutor(
+            max_workers=tuning.max_concurrent, thread_name_prefix="pgflow-handler"
+        )
+        self._inflight: set[asyncio.Task[Report]] = set()
+        self._reports: list[Report] = []
+        self._draining = False
+        self._deadline = 0.0
+        self._notifications = tuning.notifications
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        self._wake_poll = asyncio.Event()
+        self._wake_report = asyncio.Event()
+        self._reporter_done = False
+        self._install_signal_handlers()
+        first = await self._connect_for_startup()
+        try:
+            await self._compile(first)
+            if self._notifications:
+                self._notifications = await self._enable_notifications(first)
+            await self._register(first)
+        except BaseException:
+            await first.close()
+            raise
+        self.log.info(
+            "worker %s started (%s, id %s, up to %d handlers at once)",
+            self.name,
+            self.assignment.describe(),
+            self.worker_id,
+            self.tuning.max_concurrent,
+        )
+        self._poll_link = Link(self.url, "polling", self.log)
+        self._poll_link.adopt(first)
+        self._report_link = Link(self.url, "results", self.log, on_connect=self._register)
+        reporter = asyncio.create_task(self._report_loop())
+        listener = asyncio.create_task(self._listen_loop()) if self._notifications else None
+        try:
+            await self._poll_loop()
+            await self._drain()
+        finally:
+            self._reporter_done = True
+            self._wake_report.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reporter, timeout=max(5.0, self._remaining()))
+            if not reporter.done():
+                reporter.cancel()
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
+            await self._mark_stopped()
+            await self._poll_link.close()
+            await self._report_link.close()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.log.info("worker %s stopped", self.name)
+
+    def begin_drain(self, reason: str) -> None:
+        """Stop polling; in-flight handlers get the grace period to finish."""
+        if self._draining:
+            self.log.warning("worker %s: %s again, stopping without waiting", self.name, reason)
+            self._deadline = time.monotonic()
+        else:
+            self.log.info(
+                "worker %s: %s, draining %d handler(s) for up to %.1f s",
+                self.name,
+                reason,
+                len(self._inflight),
+                self.tuning.shutdown_grace,
+            )
+            self._draining = True
+            self._deadline = time.monotonic() + self.tuning.shutdown_grace
+            self.shutdown.set()
+        self._wake_poll.set()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for number, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            try:
+                loop.add_signal_handler(number, self.begin_drain, f"received {name}")
+            except (NotImplementedError, RuntimeError, ValueError):
+                return  # not the main thread (or no signals here): the caller stops us
+
+    def _remaining(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    async def _drain(self) -> None:
+        if self._inflight:
+            _done, pending = await asyncio.wait(set(self._inflight), timeout=self._remaining())
+            for task in pending:
+                task.cancel()
+            self.abandoned = len(pending)
+            if pending:
+                self.log.warning(
+                    "worker %s: %d handler(s) still running after the grace period; their tasks"
+                    " stay started and stall recovery will requeue them",
+                    self.name,
+                    len(pending),
+                )
+
+    # -- startup -------------------------------------------------------------------------------
+    async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise errors.DatabaseError(
+                "The worker cannot connect to the database.",
+                detail=str(exc).strip(),
+                hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL is up.",
+            ) from exc
+
+    async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        flow = self.assignment.flow
+        try:
+            cursor = await conn.execute(
+                "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
+                (
+                    flow.slug,
+                    Jsonb(flow.shape()),
+                    self.assignment.queue_mode,
+                    Jsonb(list(self.assignment.route_map)),
+                ),
+            )
+        except psycopg.errors.UndefinedFunction as exc:
+            raise errors.DatabaseError(
+                "The database has no pgflow engine (or an older one).",
+                detail=str(exc).strip(),
+                hint="Run `pgflow-gen db migrate` against this database first.",
+            ) from exc
+        except psycopg.Error as exc:
+            raise errors.FlowCompilationError(
+                f'Flow "{flow.slug}" could not be compiled.',
+                detail="\n".join(
+                    part for part in (exc.diag.message_primary, exc.diag.message_detail) if part
+                ),
+                hint=exc.diag.message_hint,
+            ) from exc
+        row = await cursor.fetchone()
+        result: dict[str, Any] = row[0] if row else {}
+        status = result.get("status")
+        if status == "mismatch":
+            kind = result.get("mismatchKind")
+            error = (
+                errors.FlowRoutingMismatchError
+                if kind == "routing"
+                else errors.FlowShapeMismatchError
+            )
+            raise error(
+                f'Flow "{flow.slug}" differs from its definition in the database ({kind}).',
+                detail="\n".join(result.get("differences", [])),
+                hint="Flows are immutable in production: deploy the change under a new flow slug"
+                " (for example communityThreadsV2), or run against a local database.",
+                flow_slug=flow.slug,
+                differences=tuple(result.get("differences", [])),
+            )
+        self.log.info("flow %s %s", flow.slug, status)
+
+    async def _enable_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Make PGMQ notify on inserts into this queue; False when this PGMQ cannot."""
+        queue = self.assignment.queue_name
+        async with conn.transaction():
+            await conn.execute(
+                "select pg_advisory_xact_lock(%s, %s)", (_LOCK_NAMESPACE, _NOTIFY_SETUP_LOCK)
+            )
+            cursor = await conn.execute(
+                "select to_regclass('pgmq.notify_insert_throttle') is not null"
+            )
+            row = await cursor.fetchone()
+            if not row or not row[0]:
+                self.log.info(
+                    "PGMQ has no insert notifications here; polling every %.1f s",
+                    self.tuning.poll_interval,
+                )
+                return False
+            cursor = await conn.execute(
+                "select exists (select 1 from pgmq.notify_insert_throttle where queue_name = %s)",
+                (queue,),
+            )
+            row = await cursor.fetchone()
+            if not row or not row[0]:
+                await conn.execute("select pgmq.enable_notify_insert(%s, 0)", (queue,))
+        return True
+
+    async def _register(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "select from pgflow.register_worker(%s, %s, %s, %s, %s)",
+            (
+                self.worker_id,
+                self.assignment.queue_name,
+                self.name,
+                self.assignment.flow.slug,
+                self.assignment.step_slug,
+            ),
+        )
+
+    # -- polling -------------------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        while not self._draining:
+            self._wake_poll.clear()
+            free = self.tuning.max_concurrent - len(self._inflight)
+            if free > 0:
+                wanted = min(self.tuning.batch_size, free)
+                try:
+                    conn = await self._poll_link.get()
+                    read = await self._read_and_claim(conn, wanted)
+                except psycopg.OperationalError as exc:
+                    await self._poll_link.broken(exc)
+                    continue
+                except psycopg.Error as exc:
+                    # Not a lost connection: log it and try again after the poll interval.
+                    self.log.error(
+                        "polling queue %s failed: %s", self.assignment.queue_name, str(exc).strip()
+                    )
+                    read = 0
+                if read == wanted and not self._draining:
+                    continue  # there may be more waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_poll.wait(), timeout=self.tuning.poll_interval)
+
+    async def _read_and_claim(self, conn: psycopg.AsyncConnection[Any], wanted: int) -> int:
+        a = self.assignment
+        cursor = await conn.execute(
+            "select msg_id from pgmq.read(%s, %s, %s)", (a.queue_name, READ_VISIBILITY, wanted)
+        )
+        ids = [row[0] for row in await cursor.fetchall()]
+        if not ids:
+            return 0
+        async with conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+            if a.step_slug is None:
+                await claim.execute(
+                    "select * from pgflow.start_tasks(%s, %s, %s, %s)",
+                    (a.flow.slug, ids, self.worker_id, a.queue_name),
+                )
+            else:
+                await claim.execute(
+                    "select * from pgflow.start_tasks(%s, %s, %s, %s, %s)",
+                    (a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug),
+                )
+            claimed = await claim.fetchall()
+        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
+        if unclaimed:
+            self.log.warning(
+                "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
+                " them (already started or finished, or not this flow's or step's); they stay"
+                " in the queue",
+                len(unclaimed),
+                a.queue_name,
+                ", ".join(map(str, unclaimed)),
+                f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
+            )
+        for task in claimed:
+            self._start_handler(task)
+        return len(ids)
+
+    def _start_handler(self, task: ClaimedTask) -> None:
+        handler = self.assignment.handlers[task.step_slug]
+        running = asyncio.create_task(
+            run_task(
+                task,
+                handler,
+                executor=self._executor,
+                worker_id=self.worker_id,
+                shutdown=self.shutdown,
+                logger=self.log.getChild(task.step_slug),
+                database_url=self.url,
+            )
+        )
+        self._inflight.add(running)
+        running.add_done_callback(self._handler_finished)
+
+    def _handler_finished(self, running: asyncio.Task[Report]) -> None:
+        self._inflight.discard(running)
+        if not running.cancelled():
+            report = running.result()
+            if report.error is not None:
+                self.log.info(
+                    "task %s/%s[%d] failed: %s",
+                    report.task.run_id,
+                    report.task.step_slug,
+                    report.task.task_index,
+                    report.error,
+                )
+            self._reports.append(report)
+            self._wake_report.set()
+        self._wake_poll.set()
+
+    # -- results, heartbeats, recovery -----------------------------------------------------------
+    async def _report_loop(self) -> None:
+        next_heartbeat = time.monotonic() + HEARTBEAT_INTERVAL
+        next_recovery = time.monotonic() + random.uniform(0, self.tuning.recovery_interval)
+        while True:
+            self._wake_report.clear()
+            try:
+                conn = await self._report_link.get()
+                await self._send_reports(conn)
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    next_heartbeat = now + HEARTBEAT_INTERVAL
+                    await self._heartbeat(conn)
+                if now >= next_recovery and not self._draining:
+                    next_recovery = now + self.tuning.recovery_interval
+                    await self._recover_stalled(conn)
+            except psycopg.OperationalError as exc:
+                await self._report_link.broken(exc)
+                continue
+            if self._reporter_done and not self._reports:
+                return
+            timeout = max(0.0, min(next_heartbeat, next_recovery) - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_report.wait(), timeout=timeout)
+
+    async def _send_reports(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while self._reports:
+            report = self._reports[0]
+            task = report.task
+            key = (task.run_id, task.step_slug, task.task_index)
+            try:
+                if report.error is None:
+                    await conn.execute(
+                        "select from pgflow.complete_task(%s, %s, %s, %s)",
+                        (*key, Jsonb(report.output)),
+                    )
+                else:
+                    await conn.execute(
+                        "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)
+                    )
+            except psycopg.OperationalError:
+                raise  # kept: sent again after reconnecting
+            except psycopg.Error as exc:
+                if report.error is None:
+                    # The engine refused the output (too large, not storable): fail it instead.
+                    self._reports[0] = Report(
+                        task, error=f"The engine refused the handler's output: {exc}".strip()
+                    )
+                    continue
+                self.log.error(
+                    "could not report task %s/%s[%d]: %s; stall recovery will retry it",
+                    *key,
+                    str(exc).strip(),
+                )
+            self._reports.pop(0)
+
+    async def _heartbeat(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            cursor = await conn.execute("select pgflow.heartbeat_worker(%s)", (self.worker_id,))
+        except psycopg.errors.NoDataFound:
+            # Our row was pruned (a long outage): register again.
+            await self._register(conn)
+            return
+        row = await cursor.fetchone()
+        if row and row[0] and not self._draining:
+            self.begin_drain("deprecated by an operator")
+
+    async def _recover_stalled(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        cursor = await conn.execute(
+            "select case when pg_try_advisory_xact_lock(%s, %s)"
+            " then pgflow.requeue_stalled_tasks() end",
+            (_LOCK_NAMESPACE, _RECOVERY_LOCK),
+        )
+        row = await cursor.fetchone()
+        if row and row[0]:
+            self.log.info("requeued %d stalled task(s)", row[0])
+
+    async def _mark_stopped(self) -> None:
+        try:
+            conn = await asyncio.wait_for(self._report_link.get(), timeout=5.0)
+            await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
+        except (psycopg.Error, TimeoutError) as exc:
+            self.log.warning("could not mark worker %s stopped: %s", self.name, exc)
+
+    # -- notifications -------------------------------------------------------------------------
+    async def _listen_loop(self) -> None:
+        channel = f"pgmq.q_{self.assignment.queue_name}.INSERT"
+        link = Link(self.url, "notifications", self.log)
+        try:
+            while True:
+                try:
+                    conn = await link.get()
+                    await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                    self._wake_poll.set()  # anything sent while we were not listening
+                    async for _notify in conn.notifies():
+                        self._wake_poll.set()
+                except psycopg.OperationalError as exc:
+                    await link.broken(exc)
+        finally:
+            await link.close()

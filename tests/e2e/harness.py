@@ -1,0 +1,182 @@
+"""End-to-end harness: worker processes started from the generated entry files of the e2e
+project (`tests/e2e/project`), runs started in SQL, and waits that poll with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+PROJECT = Path(__file__).parent / "project"
+DEADLINE_S = 60.0
+POLL_S = 0.05  # how often a wait re-checks its condition, bounded by the deadline
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T | None], what: str, deadline: float = DEADLINE_S) -> T:
+    """Poll `check` until it returns something truthy; fail with `what` after the deadline."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+class WorkerProcess:
+    """One worker process, running `python -m <module>` in the e2e project."""
+
+    def __init__(self, module: str, db_url: str, log_path: Path, *args: str, **env: str) -> None:
+        self.module = module
+        self.log_path = log_path
+        environment = {
+            **os.environ,
+            "PGFLOW_DATABASE_URL": db_url,
+            "PGFLOW_POLL_INTERVAL": "1",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        environment.pop("DATABASE_URL", None)
+        self._log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=PROJECT,
+            env=environment,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_log(self, text: str, deadline: float = DEADLINE_S) -> str:
+        def found() -> str | None:
+            log = self.log()
+            if text in log:
+                return log
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.module} exited before logging {text!r}:\n{log}")
+            return None
+
+        return eventually(found, f"{text!r} in the log of {self.module}", deadline)
+
+    def started(self) -> WorkerProcess:
+        self.wait_for_log(" started (")
+        return self
+
+    def signal(self, number: int) -> None:
+        self.proc.send_signal(number)
+
+    def wait(self, deadline: float = DEADLINE_S) -> int:
+        try:
+            return self.proc.wait(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.module} did not exit:\n{self.log()}") from None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+class Workers:
+    """Starts worker processes for one test and kills whatever is left at the end."""
+
+    def __init__(self, db_url: str, logs: Path) -> None:
+        self.db_url = db_url
+        self.logs = logs
+        self.started: list[WorkerProcess] = []
+
+    def start(self, flow_module: str, entry: str, *args: str, **env: str) -> WorkerProcess:
+        module = f"app.pgflow.workers.{flow_module}.{entry}"
+        log_path = self.logs / f"{flow_module}.{entry}.{len(self.started)}.log"
+        worker = WorkerProcess(module, self.db_url, log_path, *args, **env)
+        self.started.append(worker)
+        return worker
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.close()
+
+    def __iter__(self) -> Iterator[WorkerProcess]:
+        return iter(self.started)
+
+
+class Db:
+    """The test database, seen from the test (runs, tasks, queues)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def all(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        return self.conn.execute(query, params).fetchall()
+
+    def value(self, query: str, *params: Any) -> Any:
+        row = self.conn.execute(query, params).fetchone()
+        assert row is not None, query
+        return next(iter(row.values()))
+
+    def start(self, flow_slug: str, input: Any) -> uuid.UUID:
+        run_id: uuid.UUID = self.value(
+            "select run_id from pgflow.start_flow(%s, %s)", flow_slug, Jsonb(input)
+        )
+        return run_id
+
+    def run(self, run_id: uuid.UUID) -> dict[str, Any]:
+        [row] = self.all("select * from pgflow.runs where run_id = %s", run_id)
+        return row
+
+    def finished(self, run_id: uuid.UUID, deadline: float = DEADLINE_S) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            run = self.run(run_id)
+            return run if run["status"] != "started" else None
+
+        return eventually(done, f"run {run_id} to finish", deadline)
+
+    def state(self, run_id: uuid.UUID, step_slug: str) -> dict[str, Any]:
+        [row] = self.all(
+            "select * from pgflow.step_states where run_id = %s and step_slug = %s",
+            run_id,
+            step_slug,
+        )
+        return row
+
+    def task(self, run_id: uuid.UUID, step_slug: str, task_index: int = 0) -> dict[str, Any]:
+        [row] = self.all(
+            "select * from pgflow.step_tasks"
+            " where run_id = %s and step_slug = %s and task_index = %s",
+            run_id,
+            step_slug,
+            task_index,
+        )
+        return row
+
+    def queue_ids(self, queue: str) -> list[int]:
+        return [r["msg_id"] for r in self.all(f"select msg_id from pgmq.q_{queue} order by 1")]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)

@@ -1,0 +1,66 @@
+"""Handlers of the end-to-end test flows. Tests steer them through the run input: `gate` names a
+file the `first` handler waits for (so a test can hold a task in flight), `fail_first` makes it
+fail that many attempts before succeeding."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from app.pgflow.e2e_fanout import Input as FanoutInput
+from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
+from app.pgflow.e2e_plain import Input as PlainInput
+from app.pgflow.e2e_plain import WrapUpDeps
+from app.pgflow.e2e_steps import FirstOutput, Input, SecondDeps
+from pgflow_gen.runtime import Context
+
+GATE_DEADLINE = 60.0
+
+
+def first(flow_input: Input, ctx: Context[Input], /) -> FirstOutput:
+    gate = flow_input.get("gate")
+    if gate:
+        ctx.logger.info("waiting for gate %s", gate)
+        deadline = time.monotonic() + GATE_DEADLINE
+        while not Path(gate).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate} never opened")
+            time.sleep(0.02)
+    if ctx.attempt <= flow_input.get("fail_first", 0):
+        raise RuntimeError(f"planned failure on attempt {ctx.attempt}")
+    return {"n": flow_input["n"] + 1}
+
+
+async def second(deps: SecondDeps, ctx: Context[Input], /) -> int:
+    await asyncio.sleep(0)
+    return deps["first"]["n"] * 2
+
+
+def side(flow_input: Input, ctx: Context[Input], /) -> str:
+    return f"side {flow_input['n']}"
+
+
+def shout(flow_input: PlainInput, ctx: Context[PlainInput], /) -> str:
+    return flow_input["name"].upper()
+
+
+def wrap_up(deps: WrapUpDeps, ctx: Context[PlainInput], /) -> str:
+    return f"{deps['shout']}!"
+
+
+def pick(flow_input: FanoutInput, ctx: Context[FanoutInput], /) -> PickOutput:
+    numbers = flow_input["numbers"]
+    return {"numbers": numbers, "big": sum(numbers) > 10}
+
+
+def numbers(deps: NumbersDeps, ctx: Context[FanoutInput], /) -> list[int]:
+    return deps["pick"]["numbers"]
+
+
+def double(item: int, ctx: Context[FanoutInput], /) -> int:
+    return item * 2
+
+
+def celebrate(deps: NumbersDeps, ctx: Context[FanoutInput], /) -> str:
+    return "big!"

@@ -1,0 +1,190 @@
+"""A step-queued flow run by one worker process per step, each polling its own queue."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import uuid
+from pathlib import Path
+
+from tests.e2e.harness import Db, Workers, eventually
+
+FIRST, SECOND, SIDE = "e2esteps__first", "e2esteps__second", "e2esteps__side"
+
+
+def step_completed(db: Db, run_id: uuid.UUID, step_slug: str) -> bool:
+    return bool(db.state(run_id, step_slug)["status"] == "completed")
+
+
+def start_all(workers: Workers, *first_args: str) -> None:
+    workers.start("e2e_steps", "first", *first_args).started()
+    workers.start("e2e_steps", "second").started()
+    workers.start("e2e_steps", "side").started()
+
+
+def test_two_steps_on_separate_queues_execute_one_dag_and_one_run(workers: Workers, db: Db) -> None:
+    start_all(workers)
+    run_id = db.start("e2eSteps", {"n": 1})
+    run = db.finished(run_id)
+    assert (run["status"], run["output"]) == ("completed", {"second": 4, "side": "side 1"})
+    queues = {r["step_slug"]: r["queue_name"] for r in db.all("select * from pgflow.step_tasks")}
+    assert queues == {"first": FIRST, "second": SECOND, "side": SIDE}
+    routes = db.all("select queue_name, live_workers from pgflow.queue_coverage() order by 1")
+    assert [(r["queue_name"], r["live_workers"]) for r in routes] == [
+        (FIRST, 1),
+        (SECOND, 1),
+        (SIDE, 1),
+    ]
+
+
+def test_each_worker_logs_only_its_own_step_and_queue(workers: Workers, db: Db) -> None:
+    start_all(workers)
+    for worker, queue in zip(workers, (FIRST, SECOND, SIDE), strict=True):
+        line = next(x for x in worker.log().splitlines() if " started (" in x)
+        assert f"queue {queue}" in line
+        others = {FIRST, SECOND, SIDE} - {queue}
+        assert not any(other in line for other in others)
+
+
+def test_retries_then_success(workers: Workers, db: Db) -> None:
+    start_all(workers)
+    run_id = db.start("e2eSteps", {"n": 1, "fail_first": 1})
+    run = db.finished(run_id)
+    assert run["status"] == "completed"
+    task = db.task(run_id, "first")
+    assert (task["attempts_count"], task["error_message"]) == (
+        2,
+        "RuntimeError: planned failure on attempt 1",
+    )
+
+
+def test_a_blocked_step_does_not_starve_another_steps_ready_work(
+    workers: Workers, db: Db, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    start_all(workers, "--max-concurrent", "1")
+    blocked = db.start("e2eSteps", {"n": 0, "gate": str(gate)})
+    eventually(lambda: db.task(blocked, "first")["status"] == "started", "first to start")
+    waiting = [db.start("e2eSteps", {"n": n}) for n in range(1, 6)]
+    # `first` has one slot, held by the gated task: every other run's `first` waits, yet `side`
+    # (independently ready, on its own queue and workers) completes for every run.
+    for run_id in [blocked, *waiting]:
+        side_done = functools.partial(step_completed, db, run_id, "side")
+        eventually(side_done, f"side of run {run_id}")
+    assert {db.task(r, "first")["status"] for r in waiting} == {"queued"}
+    gate.touch()
+    for run_id in [blocked, *waiting]:
+        assert db.finished(run_id)["status"] == "completed"
+
+
+def test_a_visible_again_started_message_consumes_no_attempt(
+    workers: Workers, db: Db, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    start_all(workers)
+    first = workers.started[0]
+    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
+    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    message_id = db.task(run_id, "first")["message_id"]
+    db.conn.execute(f"update pgmq.q_{FIRST} set vt = now() where msg_id = %s", (message_id,))
+    first.wait_for_log(f"unclaimed, ids {message_id}")
+    task = db.task(run_id, "first")
+    assert (task["status"], task["attempts_count"]) == ("started", 1)
+    gate.touch()
+    assert db.finished(run_id)["status"] == "completed"
+    assert first.proc.poll() is None
+
+
+def test_unmatched_and_wrong_route_messages_warn_stay_and_valid_work_continues(
+    workers: Workers, db: Db
+) -> None:
+    start_all(workers)
+    # An operator's mistakes: a body that is no task key, and a copy of a real task key of
+    # another step (wrong route), sent straight into this step's queue.
+    run_id = db.start("e2eSteps", {"n": 3})
+    db.finished(run_id)
+    wrong_route = db.task(run_id, "second")
+    stray = [
+        db.value("select pgmq.send(%s, '{\"hello\": 1}'::jsonb)", FIRST),
+        db.value(
+            "select pgmq.send(%s, jsonb_build_object('flow_slug', 'e2eSteps', 'run_id', %s::uuid,"
+            " 'step_slug', 'second', 'task_index', 0))",
+            FIRST,
+            wrong_route["run_id"],
+        ),
+    ]
+    workers.started[0].wait_for_log(f"unclaimed, ids {stray[0]}, {stray[1]}")
+    assert set(stray) <= set(db.queue_ids(FIRST))
+    after = db.start("e2eSteps", {"n": 5})
+    assert db.finished(after)["output"] == {"second": 12, "side": "side 5"}
+    assert db.task(run_id, "second") == wrong_route
+
+
+def test_sigterm_drains_the_handler_in_flight_then_stops(
+    workers: Workers, db: Db, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    start_all(workers)
+    first = workers.started[0]
+    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
+    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first.signal(signal.SIGTERM)
+    first.wait_for_log("received SIGTERM, draining 1 handler(s)")
+    gate.touch()
+    assert first.wait() == 0
+    assert db.task(run_id, "first")["status"] == "completed"
+    stopped = db.value(
+        "select stopped_at is not null from pgflow.workers where queue_name = %s", FIRST
+    )
+    assert stopped is True
+    assert db.finished(run_id)["status"] == "completed"
+
+
+def test_a_sigkilled_workers_task_is_recovered_and_the_run_completes(
+    workers: Workers, db: Db, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    start_all(workers)
+    first = workers.started[0]
+    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
+    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    gate.touch()
+    # Pretend the task has been stuck longer than its timeout + 30 s; a new worker's periodic
+    # recovery sweep requeues it, and the new worker runs it.
+    db.conn.execute(
+        "update pgflow.step_tasks set started_at = now() - interval '10 minutes'"
+        " where run_id = %s and step_slug = 'first'",
+        (run_id,),
+    )
+    workers.start("e2e_steps", "first", PGFLOW_RECOVERY_INTERVAL="0.2").started()
+    run = db.finished(run_id)
+    assert run["status"] == "completed"
+    assert db.task(run_id, "first")["requeued_count"] == 1
+
+
+def test_step_workers_starting_at_once_converge_on_one_definition(workers: Workers, db: Db) -> None:
+    started = [workers.start("e2e_steps", entry) for entry in ("first", "second", "side", "first")]
+    logs = [worker.started().log() for worker in started]
+    assert sum("flow e2eSteps compiled" in log for log in logs) == 1
+    assert sum("flow e2eSteps verified" in log for log in logs) == 3
+    assert db.value("select count(*) from pgflow.flows") == 1
+    assert db.value("select count(*) from pgmq.meta") == 3
+
+
+def test_a_changed_flow_is_refused_before_registration(workers: Workers, db: Db) -> None:
+    # The database holds another definition under the same slug (production: not local).
+    db.conn.execute(
+        "select pgflow.ensure_flow_compiled('e2eSteps', %s::jsonb, 'flow')",
+        (
+            '{"steps": [{"slug": "first"}, {"slug": "second", "dependencies": ["first"]},'
+            ' {"slug": "side"}]}',
+        ),
+    )
+    worker = workers.start("e2e_steps", "second")
+    assert worker.wait() != 0
+    log = worker.log()
+    assert "FlowRoutingMismatchError" in log
+    assert 'Queue mode of flow "e2eSteps" differs: expected "step", persisted "flow"' in log
+    assert db.value("select count(*) from pgflow.workers") == 0
