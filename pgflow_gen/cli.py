@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen import naming
+from pgflow_gen import cli_ops, naming
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
 from pgflow_gen.runtime import database, embedded, errors, migrations
@@ -37,6 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except psycopg.OperationalError as exc:
         print(f"error: cannot reach the database: {exc}".rstrip(), file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.Error as exc:
+        diag = exc.diag
+        print(f"error: {diag.message_primary or exc}", file=sys.stderr)
+        for label, text in (("detail", diag.message_detail), ("hint", diag.message_hint)):
+            if text:
+                print(f"  {label}: {text}", file=sys.stderr)
         return EXIT_FAILURE
     return code
 
@@ -97,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     sql = db_commands.add_parser("sql", help="print the engine SQL for other migration tools")
     sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
     sql.set_defaults(handler=_db_sql)
+
+    cli_ops.register(commands, url_option)
     return parser
 
 

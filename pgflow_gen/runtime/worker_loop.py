@@ -104,6 +104,10 @@ class Worker:
             await self._compile(first)
             if self._notifications:
                 self._notifications = await self._enable_notifications(first)
+            else:
+                self.log.info(
+                    "insert notifications off; polling every %.2f s", self.tuning.poll_interval
+                )
             await self._register(first)
         except BaseException:
             await first.close()

@@ -51,3 +51,16 @@ def test_a_deprecated_worker_drains_and_stops(workers: Workers, db: Db) -> None:
     worker.wait_for_log("deprecated by an operator")
     assert worker.wait() == 0
     assert db.value("select stopped_at is not null from pgflow.workers") is True
+
+
+def test_without_notifications_the_long_poll_fallback_keeps_work_moving(
+    workers: Workers, db: Db
+) -> None:
+    # As behind a transaction-pooling PgBouncer, where LISTEN does not work.
+    worker = workers.start(
+        "e2e_plain", "worker", PGFLOW_NOTIFICATIONS="off", PGFLOW_POLL_INTERVAL="0.2"
+    ).started()
+    assert "insert notifications off; polling every 0.20 s" in worker.log()
+    run_ids = [db.start("e2ePlain", {"name": f"n{i}"}) for i in range(3)]
+    assert [db.finished(r)["status"] for r in run_ids] == ["completed"] * 3
+    assert db.value("select count(*) from pgmq.notify_insert_throttle") == 0

@@ -27,7 +27,8 @@ def first(flow_input: Input, ctx: Context[Input], /) -> FirstOutput:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"gate {gate} never opened")
             time.sleep(0.02)
-    if ctx.attempt <= flow_input.get("fail_first", 0):
+    fail_first = flow_input.get("fail_first", 0)
+    if fail_first and ctx.attempt <= fail_first:
         raise RuntimeError(f"planned failure on attempt {ctx.attempt}")
     return {"n": flow_input["n"] + 1}
 
