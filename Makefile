@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## demo: run a two-step flow through the SQL engine on the embedded PostgreSQL
+## demo: build the examples, then run 50 community_threads runs on per-step worker processes
 demo: venv
-	$(BIN)/python examples/sql_engine/demo.py
+	cd examples/community_threads && $(CURDIR)/$(BIN)/pgflow-gen build flows --out app/pgflow
+	$(BIN)/python examples/community_threads/demo.py
 
 ## test: create the virtual environment, install everything, lint, type-check and run every test
 test: venv lint pytest
