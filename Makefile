@@ -46,7 +46,7 @@ bench: venv
 regen: venv
 	$(BIN)/python -m pgflow_gen.spec.schema > schemas/flow.schema.json
 	$(BIN)/python -m tests.golden.golden
-	for example in examples/*/ tests/e2e/project/; do \
+	for example in examples/*/ tests/e2e/project/ benchmarks/project/; do \
 	  if [ -d "$$example/flows" ]; then \
 	    (cd "$$example" && $(CURDIR)/$(BIN)/pgflow-gen build flows --out app/pgflow); \
 	  fi; \

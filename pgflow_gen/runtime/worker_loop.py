@@ -400,19 +400,13 @@ class Worker:
 
     async def _send_reports(self, conn: psycopg.AsyncConnection[Any]) -> None:
         while self._reports:
+            if await self._send_pipelined(conn):
+                continue
             report = self._reports[0]
             task = report.task
             key = (task.run_id, task.step_slug, task.task_index)
             try:
-                if report.error is None:
-                    await conn.execute(
-                        "select from pgflow.complete_task(%s, %s, %s, %s)",
-                        (*key, Jsonb(report.output)),
-                    )
-                else:
-                    await conn.execute(
-                        "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)
-                    )
+                await conn.execute(*_callback(report))
             except psycopg.OperationalError:
                 raise  # kept: sent again after reconnecting
             except psycopg.Error as exc:
@@ -428,6 +422,32 @@ class Worker:
                     str(exc).strip(),
                 )
             self._reports.pop(0)
+
+    async def _send_pipelined(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Send the leading completions in one pipeline (one round trip); False when there are
+        fewer than two or one failed.
+
+        A second complete_task for a completed task is a no-op, so after a failure they are
+        simply sent again, the first one alone, which isolates the bad one. Failures are never
+        pipelined: a repeated fail_task could hit the task's next attempt.
+        """
+        batch = []
+        for report in self._reports:
+            if report.error is not None:
+                break
+            batch.append(report)
+        if len(batch) < 2:
+            return False
+        try:
+            async with conn.pipeline():
+                for report in batch:
+                    await conn.execute(*_callback(report))
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            return False
+        del self._reports[: len(batch)]
+        return True
 
     async def _heartbeat(self, conn: psycopg.AsyncConnection[Any]) -> None:
         try:
@@ -473,3 +493,12 @@ class Worker:
                     await link.broken(exc)
         finally:
             await link.close()
+
+
+def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
+    """The engine call that reports a finished handler: complete_task or fail_task."""
+    task = report.task
+    key = (task.run_id, task.step_slug, task.task_index)
+    if report.error is None:
+        return "select from pgflow.complete_task(%s, %s, %s, %s)", (*key, Jsonb(report.output))
+    return "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)

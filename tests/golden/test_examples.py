@@ -13,6 +13,7 @@ ROOT = Path(__file__).parents[2]
 EXAMPLES = [
     *sorted(p for p in (ROOT / "examples").iterdir() if (p / "flows").is_dir()),
     ROOT / "tests" / "e2e" / "project",
+    ROOT / "benchmarks" / "project",
 ]
 
 

@@ -16,6 +16,7 @@ CASES = ROOT / "tests" / "golden" / "cases"
 EXAMPLES = [
     *sorted(p for p in (ROOT / "examples").iterdir() if (p / "app").is_dir()),
     ROOT / "tests" / "e2e" / "project",
+    ROOT / "benchmarks" / "project",
 ]
 NEGATIVE_EXAMPLE = ROOT / "examples" / "community_threads"
 

@@ -1,0 +1,294 @@
+"""End-to-end benchmarks: real worker processes from generated entry files, next to raw PGMQ.
+
+    .venv/bin/python benchmarks/e2e.py [--runs 1500] [--only throughput latency isolation idle]
+
+1. throughput: a 3-step sequential step-queued flow (`benchChain`), one worker process per step;
+   RUNS runs become visible at once; tasks/s until the last run completes. Raw PGMQ in the same
+   run: send + read + archive in batches of 10, by 1 client and by 3 clients (one queue each).
+2. latency: runs started one every 20 ms; the handoff from a step's completion to the claim of its
+   dependent (the moment before its handler starts), from the engine's own timestamps.
+3. isolation: p95 of a fast step's latency (run start to step completion) while a slow step
+   (50 ms per task, 10 at a time) has a 500-task backlog, in queue mode step (`isoSteps`, a worker
+   process per step) and flow mode (`isoFlow`, one worker process for both), next to its idle p95.
+4. idle: CPU and transactions per second of one idle worker over 20 s.
+
+Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off), a fresh
+database per measurement, or PGFLOW_BENCH_DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from benchmarks.engine_throughput import fresh_database, raw_pgmq, server
+from pgflow_gen.runtime import migrations
+
+PROJECT = Path(__file__).parent / "project"
+DEADLINE_S = 300.0
+
+
+class Worker:
+    def __init__(self, url: str, module: str, logs: Path, **env: str) -> None:
+        self.log_path = logs / f"{module}.{time.monotonic_ns()}.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"app.pgflow.workers.{module}"],
+            cwd=PROJECT,
+            env={**os.environ, "PGFLOW_DATABASE_URL": url, "PYTHONUNBUFFERED": "1", **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_started(self) -> None:
+        until(lambda: " started (" in self.log_path.read_text(), f"{self.log_path.name}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self._log.close()
+
+
+@contextmanager
+def workers(url: str, *modules: str, **env: str) -> Iterator[list[Worker]]:
+    logs = Path(tempfile.mkdtemp(prefix="pgflow-bench-logs-"))
+    started = [Worker(url, module, logs, **env) for module in modules]
+    try:
+        for worker in started:
+            worker.wait_started()
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def count(conn: psycopg.Connection[Any], query: str, *params: Any) -> int:
+    row = conn.execute(query, params).fetchone()
+    return int(row[0]) if row else 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def raw_pgmq_parallel(url: str, total: int, batch: int, clients: int) -> float:
+    """Messages per second of `clients` raw PGMQ loops at once, one queue each."""
+    results: list[float] = []
+    barrier = threading.Barrier(clients)
+
+    def loop(index: int) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("select pgmq.create(%s)", (f"raw{index}",))
+            payload = [Jsonb({"task_index": 0})] * batch
+            barrier.wait()
+            done = 0
+            started = time.perf_counter()
+            while done < total:
+                conn.execute("select pgmq.send_batch(%s, %s::jsonb[])", (f"raw{index}", payload))
+                ids = [r[0] for r in conn.execute(
+                    "select msg_id from pgmq.read(%s, 30, %s)", (f"raw{index}", batch)
+                )]  # fmt: skip
+                conn.execute("select pgmq.archive(%s, %s::bigint[])", (f"raw{index}", ids))
+                done += len(ids)
+            results.append(done / (time.perf_counter() - started))
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.ensure_pgmq(conn)
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(results)
+
+
+def migrated(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.migrate(conn)
+
+
+CHAIN = ("bench_chain.one", "bench_chain.two", "bench_chain.three")
+
+
+def throughput(url: str, runs: int) -> float:
+    migrated(url)
+    with workers(url, *CHAIN), psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "select pgflow.start_flow('benchChain', jsonb_build_object('i', i))"
+            " from generate_series(1, %s) as i",
+            (runs,),
+        )  # one transaction: every first task becomes visible at the same moment
+        started = time.perf_counter()
+        until(
+            lambda: (
+                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
+            ),
+            "every benchChain run",
+        )
+        return 3 * runs / (time.perf_counter() - started)
+
+
+def latency(url: str, runs: int = 300) -> list[float]:
+    migrated(url)
+    with workers(url, *CHAIN), psycopg.connect(url, autocommit=True) as conn:
+        for i in range(runs):
+            conn.execute("select pgflow.start_flow('benchChain', %s)", (Jsonb({"i": i}),))
+            time.sleep(0.02)  # the arrival rate of the measurement, not a synchronisation
+        until(
+            lambda: (
+                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
+            ),
+            "every benchChain run",
+        )
+        rows = conn.execute(
+            "select extract(epoch from (t.started_at - d.completed_at)) * 1000"
+            " from pgflow.step_tasks as t"
+            " join pgflow.deps as dep"
+            " on dep.flow_slug = t.flow_slug and dep.step_slug = t.step_slug"
+            " join pgflow.step_tasks as d on d.run_id = t.run_id and d.step_slug = dep.dep_slug"
+        ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def fast_latencies(conn: psycopg.Connection[Any], flow: str, run_ids: list[Any]) -> list[float]:
+    until(
+        lambda: count(
+            conn,
+            "select count(*) from pgflow.step_states where run_id = any(%s)"
+            " and step_slug = 'fast' and status = 'completed'",
+            run_ids,
+        ) == len(run_ids),
+        f"the fast steps of {flow}",
+    )  # fmt: skip
+    rows = conn.execute(
+        "select extract(epoch from (s.completed_at - r.started_at)) * 1000"
+        " from pgflow.step_states as s join pgflow.runs as r using (run_id)"
+        " where s.run_id = any(%s) and s.step_slug = 'fast'",
+        (run_ids,),
+    ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def isolation(
+    url: str, flow: str, modules: tuple[str, ...], probes: int = 100
+) -> tuple[float, float]:
+    """(idle p95, p95 with a 500-task slow backlog) of the fast step's latency, in ms."""
+    migrated(url)
+    with workers(url, *modules), psycopg.connect(url, autocommit=True) as conn:
+
+        def probe() -> list[float]:
+            ids = []
+            for _ in range(probes):
+                row = conn.execute(
+                    "select run_id from pgflow.start_flow(%s, '[]')", (flow,)
+                ).fetchone()
+                assert row is not None
+                ids.append(row[0])
+                time.sleep(0.01)  # arrival rate of the probes
+            return fast_latencies(conn, flow, ids)
+
+        idle = percentile(probe(), 95)
+        conn.execute(
+            "select pgflow.start_flow(%s, to_jsonb(array(select generate_series(1, 500))))",
+            (flow,),
+        )
+        busy = percentile(probe(), 95)
+        return idle, busy
+
+
+def idle_cost(url: str, seconds: float = 20.0) -> tuple[float, float]:
+    """(CPU % of one core, transactions/s) of one idle worker."""
+    migrated(url)
+    with workers(url, "bench_chain.one") as started, psycopg.connect(url, autocommit=True) as conn:
+        time.sleep(3)  # let startup settle before the measured window
+        pid = started[0].proc.pid
+        dbname = conn.info.dbname
+
+        def commits() -> int:
+            return count(
+                conn, "select xact_commit from pg_stat_database where datname = %s", dbname
+            )
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        conn.execute("select pg_stat_clear_snapshot()")
+        before_commits, before_cpu = commits(), cpu()
+        time.sleep(seconds)  # the measured idle window
+        conn.execute("select pg_stat_clear_snapshot()")
+        after_commits, after_cpu = commits(), cpu()
+        own = 3  # this function's own statements inside the window
+        return (
+            100 * (after_cpu - before_cpu) / seconds,
+            max(0, after_commits - before_commits - own) / seconds,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=1500)
+    parser.add_argument("--only", nargs="+", default=["throughput", "latency", "isolation", "idle"])
+    args = parser.parse_args(argv)
+    with server() as admin:
+        if "throughput" in args.only:
+            with fresh_database(admin) as url:
+                raw1 = raw_pgmq(url, 6000, 10)
+            with fresh_database(admin) as url:
+                raw3 = raw_pgmq_parallel(url, 6000, 10, 3)
+            with fresh_database(admin) as url:
+                rate = throughput(url, args.runs)
+            print(f"throughput: {rate:,.0f} tasks/s ({args.runs} runs x 3 steps, 3 workers)")
+            print(f"  raw PGMQ batch 10: 1 client {raw1:,.0f} msg/s, 3 clients {raw3:,.0f} msg/s")
+            print(f"  ratio: {100 * rate / raw1:.1f} % of 1 client, {100 * rate / raw3:.1f} % of 3")
+        if "latency" in args.only:
+            with fresh_database(admin) as url:
+                handoffs = latency(url)
+            print(
+                f"handoff latency ({len(handoffs)} handoffs): p50 {percentile(handoffs, 50):.1f}"
+                f" ms, p95 {percentile(handoffs, 95):.1f} ms, p99 {percentile(handoffs, 99):.1f} ms"
+            )
+        if "isolation" in args.only:
+            modes = {
+                "step": ("isoSteps", ("iso_steps.slow", "iso_steps.fast")),
+                "flow": ("isoFlow", ("iso_flow.worker",)),
+            }
+            for mode, (flow, modules) in modes.items():
+                with fresh_database(admin) as url:
+                    idle, busy = isolation(url, flow, modules)
+                print(
+                    f"isolation ({mode} mode): fast step p95 idle {idle:.1f} ms, with a 500-task"
+                    f" slow backlog {busy:.1f} ms ({busy / idle:.1f}x)"
+                )
+        if "idle" in args.only:
+            with fresh_database(admin) as url:
+                cpu, tps = idle_cost(url)
+            print(f"idle worker: {cpu:.2f} % of a core, {tps:.2f} transactions/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

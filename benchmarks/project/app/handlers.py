@@ -1,0 +1,34 @@
+"""Handlers of the benchmark flows: as cheap as possible, except `slow`, which sleeps."""
+
+from __future__ import annotations
+
+import time
+
+from app.pgflow import iso_flow, iso_steps
+from app.pgflow.bench_chain import Input, ThreeDeps, TwoDeps
+from pgflow_gen.runtime import Context
+
+SLOW_SECONDS = 0.05
+
+
+async def one(flow_input: Input, ctx: Context[Input], /) -> int:
+    return flow_input["i"]
+
+
+async def two(deps: TwoDeps, ctx: Context[Input], /) -> int:
+    return deps["one"] + 1
+
+
+async def three(deps: ThreeDeps, ctx: Context[Input], /) -> int:
+    return deps["two"] + 1
+
+
+def slow(item: int, ctx: Context[iso_steps.Input] | Context[iso_flow.Input], /) -> int:
+    time.sleep(SLOW_SECONDS)
+    return item
+
+
+async def fast(
+    flow_input: list[int], ctx: Context[iso_steps.Input] | Context[iso_flow.Input], /
+) -> str:
+    return "fast"
