@@ -4,25 +4,15 @@ tests read as the behaviour they pin (start a run, poll, complete, fail) and sta
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.runtime.task_runner import ClaimedTask as Task
+
 WORKER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
-
-
-@dataclass(frozen=True)
-class Task:
-    flow_slug: str
-    run_id: uuid.UUID
-    step_slug: str
-    input: Any
-    msg_id: int
-    task_index: int
-    flow_input: Any
 
 
 def shape_step(slug: str, deps: tuple[str, ...] | list[str] = (), **extra: Any) -> dict[str, Any]:

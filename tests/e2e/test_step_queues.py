@@ -7,13 +7,22 @@ import signal
 import uuid
 from pathlib import Path
 
-from tests.e2e.harness import Db, Workers, eventually
+from tests.e2e.harness import Db, WorkerProcess, Workers, eventually
 
 FIRST, SECOND, SIDE = "e2esteps__first", "e2esteps__second", "e2esteps__side"
 
 
 def step_completed(db: Db, run_id: uuid.UUID, step_slug: str) -> bool:
     return bool(db.state(run_id, step_slug)["status"] == "completed")
+
+
+def hold_first(workers: Workers, db: Db, tmp_path: Path) -> tuple[WorkerProcess, uuid.UUID, Path]:
+    """Start every step's worker and one run whose `first` handler waits for `gate` to exist."""
+    gate = tmp_path / "gate"
+    start_all(workers)
+    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
+    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    return workers.started[0], run_id, gate
 
 
 def start_all(workers: Workers, *first_args: str) -> None:
@@ -80,11 +89,7 @@ def test_a_blocked_step_does_not_starve_another_steps_ready_work(
 def test_a_visible_again_started_message_consumes_no_attempt(
     workers: Workers, db: Db, tmp_path: Path
 ) -> None:
-    gate = tmp_path / "gate"
-    start_all(workers)
-    first = workers.started[0]
-    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
-    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first, run_id, gate = hold_first(workers, db, tmp_path)
     message_id = db.task(run_id, "first")["message_id"]
     db.conn.execute(f"update pgmq.q_{FIRST} set vt = now() where msg_id = %s", (message_id,))
     first.wait_for_log(f"unclaimed, ids {message_id}")
@@ -123,11 +128,7 @@ def test_unmatched_and_wrong_route_messages_warn_stay_and_valid_work_continues(
 def test_sigterm_drains_the_handler_in_flight_then_stops(
     workers: Workers, db: Db, tmp_path: Path
 ) -> None:
-    gate = tmp_path / "gate"
-    start_all(workers)
-    first = workers.started[0]
-    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
-    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first, run_id, gate = hold_first(workers, db, tmp_path)
     first.signal(signal.SIGTERM)
     first.wait_for_log("received SIGTERM, draining 1 handler(s)")
     gate.touch()
@@ -143,11 +144,7 @@ def test_sigterm_drains_the_handler_in_flight_then_stops(
 def test_a_sigkilled_workers_task_is_recovered_and_the_run_completes(
     workers: Workers, db: Db, tmp_path: Path
 ) -> None:
-    gate = tmp_path / "gate"
-    start_all(workers)
-    first = workers.started[0]
-    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
-    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first, run_id, gate = hold_first(workers, db, tmp_path)
     first.signal(signal.SIGKILL)
     first.wait()
     gate.touch()
