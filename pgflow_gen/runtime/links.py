@@ -26,8 +26,10 @@ class Link:
         purpose: str,
         logger: logging.Logger,
         on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+        prepare_threshold: int | None = 5,
     ) -> None:
         self._url = url
+        self._prepare_threshold = prepare_threshold
         self._purpose = purpose
         self._log = logger
         self._on_connect = on_connect
@@ -38,7 +40,9 @@ class Link:
         """The open connection, connecting (and retrying with backoff) when there is none."""
         while self._conn is None or self._conn.closed or self._conn.broken:
             try:
-                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self._url, autocommit=True, prepare_threshold=self._prepare_threshold
+                )
                 if self._on_connect is not None:
                     await self._on_connect(conn)
             except psycopg.OperationalError as exc:

@@ -54,9 +54,14 @@ async def run_task(
     shutdown: threading.Event,
     logger: logging.Logger,
     database_url: str,
+    prepare_threshold: int | None = 5,
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error)."""
-    lazy = _Lazy(functools.partial(psycopg.connect, database_url, autocommit=True))
+    lazy = _Lazy(
+        functools.partial(
+            psycopg.connect, database_url, autocommit=True, prepare_threshold=prepare_threshold
+        )
+    )
     context: Context[Any] = Context(
         run_id=task.run_id,
         step_slug=task.step_slug,

@@ -36,6 +36,8 @@ class Tuning:
     notifications: bool = True
     #: Seconds between stall-recovery sweeps (one worker at a time across all workers runs one).
     recovery_interval: float = 15.0
+    #: Off behind a transaction-pooling PgBouncer before 1.21, which cannot keep them.
+    prepared_statements: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ _OPTIONS = (
     _Option("worker_name", str, lambda v: bool(v.strip()), "a non-empty name"),
     _Option("notifications", _flag, lambda v: True, "on or off"),
     _Option("recovery_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0"),
+    _Option("prepared_statements", _flag, lambda v: True, "on or off"),
 )
 
 

@@ -92,6 +92,8 @@ class Worker:
         self._draining = False
         self._deadline = 0.0
         self._notifications = tuning.notifications
+        # psycopg prepares a statement after 5 executions; None turns that off (PgBouncer).
+        self._prepare: int | None = 5 if tuning.prepared_statements else None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -119,9 +121,12 @@ class Worker:
             self.worker_id,
             self.tuning.max_concurrent,
         )
-        self._poll_link = Link(self.url, "polling", self.log)
+        self._poll_link = Link(self.url, "polling", self.log, prepare_threshold=self._prepare)
         self._poll_link.adopt(first)
-        self._report_link = Link(self.url, "results", self.log, on_connect=self._register)
+        self._report_link = Link(
+            self.url, "results", self.log, on_connect=self._register,
+            prepare_threshold=self._prepare,
+        )  # fmt: skip
         reporter = asyncio.create_task(self._report_loop())
         listener = asyncio.create_task(self._listen_loop()) if self._notifications else None
         try:
@@ -190,7 +195,9 @@ class Worker:
     # -- startup -------------------------------------------------------------------------------
     async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any]:
         try:
-            return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            return await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, prepare_threshold=self._prepare
+            )
         except psycopg.OperationalError as exc:
             raise errors.DatabaseError(
                 "The worker cannot connect to the database.",
@@ -352,6 +359,7 @@ class Worker:
                 shutdown=self.shutdown,
                 logger=self.log.getChild(task.step_slug),
                 database_url=self.url,
+                prepare_threshold=self._prepare,
             )
         )
         self._inflight.add(running)
@@ -480,7 +488,7 @@ class Worker:
     # -- notifications -------------------------------------------------------------------------
     async def _listen_loop(self) -> None:
         channel = f"pgmq.q_{self.assignment.queue_name}.INSERT"
-        link = Link(self.url, "notifications", self.log)
+        link = Link(self.url, "notifications", self.log, prepare_threshold=self._prepare)
         try:
             while True:
                 try:
