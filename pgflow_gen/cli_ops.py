@@ -54,6 +54,7 @@ def register(commands: Any, url_option: argparse.ArgumentParser) -> None:
     coverage.add_argument(
         "--freshness", type=float, default=15.0, metavar="S", help="max heartbeat age (15 s)"
     )
+    coverage.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
     coverage.add_argument("--format", choices=("text", "json"), default="text")
     coverage.set_defaults(handler=_coverage)
 
@@ -214,7 +215,9 @@ def _coverage(args: argparse.Namespace) -> int:
         raise errors.ConfigError("--freshness must be above 0 seconds.")
     with _connect(args) as conn:
         rows = conn.execute(
-            "select * from pgflow.queue_coverage(make_interval(secs => %s))", (args.freshness,)
+            "select * from pgflow.queue_coverage(make_interval(secs => %s))"
+            " where %s::text is null or flow_slug = %s",
+            (args.freshness, args.flow_slug, args.flow_slug),
         ).fetchall()
     uncovered = [r for r in rows if not r["covered"]]
     if args.format == "json":

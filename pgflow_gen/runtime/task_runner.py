@@ -55,8 +55,12 @@ async def run_task(
     logger: logging.Logger,
     database_url: str,
     prepare_threshold: int | None = 5,
+    root: bool = False,
 ) -> Report:
-    """Run `handler` for `task`; never raises (a failure becomes the report's error)."""
+    """Run `handler` for `task`; never raises (a failure becomes the report's error).
+
+    A root single step (`root`) gets the run input; every other task its assembled `input`.
+    """
     lazy = _Lazy(
         functools.partial(
             psycopg.connect, database_url, autocommit=True, prepare_threshold=prepare_threshold
@@ -72,7 +76,7 @@ async def run_task(
         _flow_input=task.flow_input,
         _lazy=lazy,
     )
-    handler_input = task.flow_input if task.flow_input is not None else task.input
+    handler_input = task.flow_input if root else task.input
     loop = asyncio.get_running_loop()
     try:
         if inspect.iscoroutinefunction(handler):

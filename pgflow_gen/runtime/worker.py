@@ -80,16 +80,34 @@ def start_worker(
     """Run a worker until it is stopped (SIGTERM/SIGINT) or deprecated.
 
     Settings given here are overridden by `PGFLOW_*` environment variables and, when `argv` is
-    given (generated entry files pass their command line), by `--flags`.
+    given (generated entry files pass their command line), by `--flags`. A configuration or
+    startup problem (a wrong step slug, an unreachable database, a flow that differs from its
+    definition) is logged as one clear error and ends the process with exit status 1.
     """
+    _configure_logging()
+    try:
+        _run(flow, step_slug, handler, handlers, database_url, argv, given={
+            "max_concurrent": max_concurrent,
+            "batch_size": batch_size,
+            "poll_interval": poll_interval,
+            "shutdown_grace": shutdown_grace,
+            "worker_name": worker_name,
+        })  # fmt: skip
+    except errors.PgflowError as exc:
+        log.error("%s: %s", type(exc).__name__, exc)
+        raise SystemExit(1) from None
+
+
+def _run(
+    flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+    step_slug: str | None,
+    handler: Handler | None,
+    handlers: Mapping[str, object] | None,
+    database_url: str | None,
+    argv: Sequence[str] | None,
+    given: dict[str, Any],
+) -> None:
     assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
-    given = {
-        "max_concurrent": max_concurrent,
-        "batch_size": batch_size,
-        "poll_interval": poll_interval,
-        "shutdown_grace": shutdown_grace,
-        "worker_name": worker_name,
-    }
     settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     settings.update(worker_config.overrides(argv or (), os.environ))
     url_override = settings.pop("database_url", None)
@@ -100,7 +118,6 @@ def start_worker(
             "start_worker was already called in this process.",
             hint="Run one worker per process: one entry file (see the Procfile) per process.",
         )
-    _configure_logging()
     url = database.resolve_url(url_override or database_url)
     worker = Worker(assignment, tuning, url, log)
     asyncio.run(worker.run())

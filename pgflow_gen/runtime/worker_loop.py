@@ -50,6 +50,8 @@ from pgflow_gen.runtime.worker_config import (
 _LOCK_NAMESPACE = 2
 _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
+#: How long a starting worker waits for its database before giving up.
+STARTUP_CONNECT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,12 @@ class Worker:
         self.abandoned = 0
         self._executor = ThreadPoolExecutor(
             max_workers=tuning.max_concurrent, thread_name_prefix="pgflow-handler"
+        )
+        #: Root single steps get the run input itself (even a JSON null); others their `input`.
+        self._roots = frozenset(
+            step.slug
+            for step in assignment.flow.steps
+            if step.step_type == "single" and not step.dependencies
         )
         self._inflight: set[asyncio.Task[Report]] = set()
         self._reports: list[Report] = []
@@ -139,6 +147,13 @@ class Worker:
                 await asyncio.wait_for(reporter, timeout=max(5.0, self._remaining()))
             if not reporter.done():
                 reporter.cancel()
+            if self._reports:
+                self.log.warning(
+                    "worker %s: %d result(s) could not be sent before stopping; stall recovery"
+                    " will run those tasks again",
+                    self.name,
+                    len(self._reports),
+                )
             if listener is not None:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -179,8 +194,11 @@ class Worker:
         return max(0.0, self._deadline - time.monotonic())
 
     async def _drain(self) -> None:
+        # Waits in short slices, so a second signal (which moves the deadline to now) is seen.
+        while self._inflight and self._remaining() > 0:
+            await asyncio.wait(set(self._inflight), timeout=min(self._remaining(), 0.1))
         if self._inflight:
-            _done, pending = await asyncio.wait(set(self._inflight), timeout=self._remaining())
+            pending = set(self._inflight)
             for task in pending:
                 task.cancel()
             self.abandoned = len(pending)
@@ -194,16 +212,25 @@ class Worker:
 
     # -- startup -------------------------------------------------------------------------------
     async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any]:
-        try:
-            return await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, prepare_threshold=self._prepare
-            )
-        except psycopg.OperationalError as exc:
-            raise errors.DatabaseError(
-                "The worker cannot connect to the database.",
-                detail=str(exc).strip(),
-                hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL is up.",
-            ) from exc
+        """Connect, retrying for a while: a worker may start a little before its database."""
+        deadline = time.monotonic() + STARTUP_CONNECT_S
+        backoff = 0.25
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, prepare_threshold=self._prepare
+                )
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + backoff > deadline:
+                    raise errors.DatabaseError(
+                        "The worker cannot connect to the database.",
+                        detail=str(exc).strip(),
+                        hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL"
+                        " is up.",
+                    ) from exc
+                self.log.warning("database not reachable yet (%s); retrying", str(exc).strip())
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
         flow = self.assignment.flow
@@ -360,6 +387,7 @@ class Worker:
                 logger=self.log.getChild(task.step_slug),
                 database_url=self.url,
                 prepare_threshold=self._prepare,
+                root=task.step_slug in self._roots,
             )
         )
         self._inflight.add(running)
@@ -399,6 +427,12 @@ class Worker:
                     await self._recover_stalled(conn)
             except psycopg.OperationalError as exc:
                 await self._report_link.broken(exc)
+                continue
+            except psycopg.Error as exc:
+                # Not a lost connection (a heartbeat or sweep refused): log it and go on, after a
+                # pause, so results, heartbeats and recovery keep their chance.
+                self.log.error("reporting failed: %s", str(exc).strip())
+                await asyncio.sleep(1.0)
                 continue
             if self._reporter_done and not self._reports:
                 return

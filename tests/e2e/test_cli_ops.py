@@ -52,6 +52,8 @@ def test_coverage_counts_only_live_workers_and_each_route_once(
     code, out = run_cli(capsys, db_url, "coverage")
     assert code == 0
     assert "3 of 3 route(s) covered" in out
+    code, out = run_cli(capsys, db_url, "coverage", "--flow", "otherFlow")
+    assert (code, out.splitlines()[-1]) == (0, "0 of 0 route(s) covered (heartbeat within 15 s)")
 
 
 def test_start_wait_status_runs_and_workers(

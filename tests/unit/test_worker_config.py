@@ -93,7 +93,11 @@ def test_a_plain_flow_needs_a_handler_for_every_step_and_no_other() -> None:
     assert (plain.queue_mode, plain.queue_name) == ("flow", "orders")
 
 
-def test_start_worker_checks_before_connecting() -> None:
+def test_start_worker_checks_before_connecting_and_exits_1_with_one_clear_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # No database is configured or reachable here: the check fails first.
-    with pytest.raises(errors.ConfigError, match="needs a step_slug"):
+    with pytest.raises(SystemExit) as raised:
         start_worker(QUEUED, step_slug=None, handler=handler, database_url="postgresql://nowhere/x")  # type: ignore[call-overload]
+    assert raised.value.code == 1
+    assert 'ConfigError: Step-queued flow "orders" needs a step_slug.' in caplog.text
