@@ -185,3 +185,16 @@ def test_a_changed_flow_is_refused_before_registration(workers: Workers, db: Db)
     assert "FlowRoutingMismatchError" in log
     assert 'Queue mode of flow "e2eSteps" differs: expected "step", persisted "flow"' in log
     assert db.value("select count(*) from pgflow.workers") == 0
+
+
+def test_a_second_sigterm_ends_the_drain_at_once(workers: Workers, db: Db, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"  # never opened: the handler would wait for the whole grace period
+    first = workers.start("e2e_steps", "first", PGFLOW_SHUTDOWN_GRACE="600").started()
+    run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
+    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first.signal(signal.SIGTERM)
+    first.wait_for_log("draining 1 handler(s) for up to 600.0 s")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0  # within the harness deadline, far below the 600 s grace
+    assert "1 handler(s) still running after the grace period" in first.log()
+    assert db.task(run_id, "first")["status"] == "started"  # left to stall recovery
