@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -114,25 +115,32 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Any:
-    """Wait for the run, showing the elapsed time on a terminal (event driven, not polled)."""
+    """Wait for the run on one connection, woken by its events (and re-reading it every second,
+    which also works behind a transaction pooler); a terminal shows the elapsed time."""
     started = time.monotonic()
     show = sys.stderr.isatty()
     deadline = started + timeout
-    run = client.get_run(run_id)
-    while True:
-        try:
-            return run.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-        except TimeoutError:
-            if time.monotonic() >= deadline:
+    with client.connect() as conn:
+        conn.execute(sql.SQL("listen {}").format(sql.Identifier(f"pgflow_run_{run_id.hex}")))
+        while True:
+            run = client.read_run(conn, run_id)
+            if run.finished:
+                if show:
+                    print(file=sys.stderr)
+                return run
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 if show:
                     print(file=sys.stderr)
                 raise errors.PgflowError(
                     f"Run {run_id} is still running after {timeout:g} s.",
                     hint=f"Check it later with `pgflow-gen status {run_id}`.",
-                ) from None
+                )
             if show:
                 elapsed = time.monotonic() - started
                 print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
+            for _event in conn.notifies(timeout=min(1.0, remaining), stop_after=1):
+                pass
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -170,6 +178,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise errors.ConfigError("--limit must be at least 1.")
     with _connect(args) as conn:
         rows = conn.execute(
             "select run_id, flow_slug, status, started_at,"

@@ -131,7 +131,8 @@ def main() -> None:
 
         with psycopg.connect(url, autocommit=True) as conn:
             coverage = conn.execute(
-                "select step_slug, queue_name, live_workers, covered"
+                "select step_slug, queue_name, live_workers,"
+                " case when covered then 'yes' else 'NO' end"
                 " from pgflow.queue_coverage() where flow_slug = %s",
                 (FLOW.slug,),
             ).fetchall()

@@ -12,6 +12,34 @@ import psycopg
 
 FIRST_BACKOFF = 0.25
 MAX_BACKOFF = 5.0
+#: libpq settings for every worker connection: TCP keepalives notice a half-open connection
+#: (a dropped NAT entry, a failover without a reset) within about a minute, and a connection
+#: attempt gives up after 10 s. Unix-socket connections ignore the keepalive settings.
+CONNECT_OPTIONS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+# SQLSTATEs that mean the session is gone (class 08, and the server shutting it down).
+_LOST_STATES = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(conn: psycopg.AsyncConnection[Any] | None, exc: psycopg.Error) -> bool:
+    """Whether `exc` lost the connection (reconnect) rather than failed one statement.
+
+    psycopg files many ordinary statement errors (a statement timeout, a value too large, a
+    deadlock) under OperationalError too; only a broken session or class 08 means reconnect.
+    """
+    if conn is not None and (conn.broken or conn.closed):
+        return True
+    state = exc.sqlstate or ""
+    return (
+        state.startswith("08")
+        or state in _LOST_STATES
+        or (not state and isinstance(exc, psycopg.OperationalError))
+    )
 
 
 class Link:
@@ -36,16 +64,34 @@ class Link:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._backoff = FIRST_BACKOFF
 
-    async def get(self) -> psycopg.AsyncConnection[Any]:
-        """The open connection, connecting (and retrying with backoff) when there is none."""
+    @property
+    def current(self) -> psycopg.AsyncConnection[Any] | None:
+        return self._conn
+
+    async def get(
+        self, give_up: Callable[[], bool] | None = None
+    ) -> psycopg.AsyncConnection[Any] | None:
+        """The open connection, connecting (and retrying with backoff) when there is none.
+
+        Returns None instead of retrying again once `give_up()` is true (a draining worker).
+        """
         while self._conn is None or self._conn.closed or self._conn.broken:
+            if give_up is not None and give_up():
+                return None
+            conn: psycopg.AsyncConnection[Any] | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, prepare_threshold=self._prepare_threshold
+                    self._url,
+                    autocommit=True,
+                    prepare_threshold=self._prepare_threshold,
+                    **CONNECT_OPTIONS,
                 )
                 if self._on_connect is not None:
                     await self._on_connect(conn)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.close()
                 self._log.warning(
                     "database unreachable for %s (%s); retrying in %.2f s",
                     self._purpose,

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.runtime.context import Context, _Lazy
+from pgflow_gen.runtime.links import CONNECT_OPTIONS
 
 Handler = Callable[..., Any]
 
@@ -63,7 +64,11 @@ async def run_task(
     """
     lazy = _Lazy(
         functools.partial(
-            psycopg.connect, database_url, autocommit=True, prepare_threshold=prepare_threshold
+            psycopg.connect,
+            database_url,
+            autocommit=True,
+            prepare_threshold=prepare_threshold,
+            **CONNECT_OPTIONS,
         )
     )
     context: Context[Any] = Context(
@@ -87,7 +92,13 @@ async def run_task(
             )
             if inspect.isawaitable(result):
                 result = await result
-    except Exception as exc:  # a handler's failure is the task's failure
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the worker cancelled it (after the grace period)
+        # The handler itself was cancelled (say, a future it awaited): that is its failure.
+        return Report(task, error="CancelledError: the handler was cancelled")
+    except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
         return Report(task, error=_describe(exc))
     finally:
         if lazy.opened:

@@ -69,6 +69,15 @@ _OPTIONS = (
 )
 
 
+# The Python types a setting given in code may have (bool is not a number here).
+_TYPES: dict[Callable[[str], Any], tuple[type, ...]] = {
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    _flag: (bool,),
+}
+
+
 def overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings given by `PGFLOW_<NAME>` variables and `--<name>` flags (flags win)."""
     found: dict[str, Any] = {}
@@ -91,10 +100,18 @@ def overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]
 
 
 def check(values: Mapping[str, Any]) -> None:
-    """Raise ConfigError for a setting outside its range."""
+    """Raise ConfigError for a setting of the wrong type or outside its range."""
     for option in _OPTIONS:
         value = values.get(option.name)
-        if value is not None and not option.check(value):
+        if value is None:
+            continue
+        expected = _TYPES.get(option.parse, (str,))
+        if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
+            raise errors.ConfigError(
+                f"Invalid worker setting {option.name}={value!r}.",
+                hint=f"{option.name} must be {option.rule}.",
+            )
+        if not option.check(value):
             raise errors.ConfigError(
                 f"Invalid worker setting {option.name}={value!r}.",
                 hint=f"{option.name} must be {option.rule}.",

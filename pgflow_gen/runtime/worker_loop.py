@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.links import Link
+from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost
 from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
 from pgflow_gen.runtime.worker_config import (
     HEARTBEAT_INTERVAL,
@@ -52,6 +52,8 @@ _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
+#: A listener that heard nothing for this long checks that its session is alive.
+LISTEN_CHECK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,12 @@ class Worker:
                 self.log.info(
                     "insert notifications off; polling every %.2f s", self.tuning.poll_interval
                 )
-            await self._register(first)
+            try:
+                await self._register(first)
+            except psycopg.Error as exc:
+                raise errors.DatabaseError(
+                    "The worker could not register.", detail=_primary(exc)
+                ) from exc
         except BaseException:
             await first.close()
             raise
@@ -190,6 +197,9 @@ class Worker:
             except (NotImplementedError, RuntimeError, ValueError):
                 return  # not the main thread (or no signals here): the caller stops us
 
+    def _past_deadline(self) -> bool:
+        return self._reporter_done and self._remaining() <= 0
+
     def _remaining(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
 
@@ -218,10 +228,10 @@ class Worker:
         while True:
             try:
                 return await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, prepare_threshold=self._prepare
+                    self.url, autocommit=True, prepare_threshold=self._prepare, **CONNECT_OPTIONS
                 )
             except psycopg.OperationalError as exc:
-                if time.monotonic() + backoff > deadline:
+                if self._draining or time.monotonic() + backoff > deadline:
                     raise errors.DatabaseError(
                         "The worker cannot connect to the database.",
                         detail=str(exc).strip(),
@@ -244,6 +254,14 @@ class Worker:
                     Jsonb(list(self.assignment.route_map)),
                 ),
             )
+        except psycopg.OperationalError as exc:
+            if not connection_lost(conn, exc):
+                raise errors.FlowCompilationError(
+                    f'Flow "{flow.slug}" could not be compiled.', detail=_primary(exc)
+                ) from exc
+            raise errors.DatabaseError(
+                "The database connection was lost while compiling the flow.", detail=_primary(exc)
+            ) from exc
         except psycopg.errors.UndefinedFunction as exc:
             raise errors.DatabaseError(
                 "The database has no pgflow engine (or an older one).",
@@ -279,7 +297,23 @@ class Worker:
         self.log.info("flow %s %s", flow.slug, status)
 
     async def _enable_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Make PGMQ notify on inserts into this queue; False when this PGMQ cannot."""
+        """Make PGMQ notify on inserts into this queue; False when this PGMQ (or this role)
+        cannot, and the worker long-polls instead."""
+        try:
+            return await self._set_up_notifications(conn)
+        except psycopg.Error as exc:
+            if connection_lost(conn, exc):
+                raise errors.DatabaseError(
+                    "The database connection was lost during startup.", detail=_primary(exc)
+                ) from exc
+            self.log.warning(
+                "cannot enable PGMQ insert notifications (%s); polling every %.1f s",
+                _primary(exc),
+                self.tuning.poll_interval,
+            )
+            return False
+
+    async def _set_up_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         queue = self.assignment.queue_name
         async with conn.transaction():
             await conn.execute(
@@ -320,19 +354,22 @@ class Worker:
     async def _poll_loop(self) -> None:
         while not self._draining:
             self._wake_poll.clear()
-            free = self.tuning.max_concurrent - len(self._inflight)
+            # Unsent results hold their slots too: no new claims while reporting is stuck.
+            free = self.tuning.max_concurrent - len(self._inflight) - len(self._reports)
             if free > 0:
                 wanted = min(self.tuning.batch_size, free)
+                conn = await self._poll_link.get(give_up=lambda: self._draining)
+                if conn is None or self._draining:
+                    break
                 try:
-                    conn = await self._poll_link.get()
                     read = await self._read_and_claim(conn, wanted)
-                except psycopg.OperationalError as exc:
-                    await self._poll_link.broken(exc)
-                    continue
                 except psycopg.Error as exc:
-                    # Not a lost connection: log it and try again after the poll interval.
+                    if connection_lost(conn, exc):
+                        await self._poll_link.broken(exc)
+                        continue
+                    # A statement error: log it and try again after the poll interval.
                     self.log.error(
-                        "polling queue %s failed: %s", self.assignment.queue_name, str(exc).strip()
+                        "polling queue %s failed: %s", self.assignment.queue_name, _primary(exc)
                     )
                     read = 0
                 if read == wanted and not self._draining:
@@ -415,23 +452,26 @@ class Worker:
         next_recovery = time.monotonic() + random.uniform(0, self.tuning.recovery_interval)
         while True:
             self._wake_report.clear()
+            conn = await self._report_link.get(give_up=self._past_deadline)
+            if conn is None:
+                return  # stopping, and the database is unreachable: the results stay unsent
             try:
-                conn = await self._report_link.get()
                 await self._send_reports(conn)
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     next_heartbeat = now + HEARTBEAT_INTERVAL
                     await self._heartbeat(conn)
-                if now >= next_recovery and not self._draining:
+                if now >= next_recovery:
                     next_recovery = now + self.tuning.recovery_interval
-                    await self._recover_stalled(conn)
-            except psycopg.OperationalError as exc:
-                await self._report_link.broken(exc)
-                continue
+                    if not self._draining:
+                        await self._recover_stalled(conn)
             except psycopg.Error as exc:
-                # Not a lost connection (a heartbeat or sweep refused): log it and go on, after a
+                if connection_lost(conn, exc):
+                    await self._report_link.broken(exc)
+                    continue
+                # A statement error (a heartbeat or sweep refused): log it and go on after a
                 # pause, so results, heartbeats and recovery keep their chance.
-                self.log.error("reporting failed: %s", str(exc).strip())
+                self.log.error("reporting failed: %s", _primary(exc))
                 await asyncio.sleep(1.0)
                 continue
             if self._reporter_done and not self._reports:
@@ -449,20 +489,16 @@ class Worker:
             key = (task.run_id, task.step_slug, task.task_index)
             try:
                 await conn.execute(*_callback(report))
-            except psycopg.OperationalError:
-                raise  # kept: sent again after reconnecting
             except psycopg.Error as exc:
-                if report.error is None:
+                if connection_lost(conn, exc):
+                    raise  # kept: sent again after reconnecting
+                if report.error is None and not isinstance(exc, psycopg.errors.NoDataFound):
                     # The engine refused the output (too large, not storable): fail it instead.
                     self._reports[0] = Report(
-                        task, error=f"The engine refused the handler's output: {exc}".strip()
+                        task, error=f"The engine refused the handler's output: {_primary(exc)}"
                     )
                     continue
-                self.log.error(
-                    "could not report task %s/%s[%d]: %s; stall recovery will retry it",
-                    *key,
-                    str(exc).strip(),
-                )
+                self.log.error("could not report task %s/%s[%d]: %s", *key, _primary(exc))
             self._reports.pop(0)
 
     async def _send_pipelined(self, conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -484,9 +520,9 @@ class Worker:
             async with conn.pipeline():
                 for report in batch:
                     await conn.execute(*_callback(report))
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error:
+        except psycopg.Error as exc:
+            if connection_lost(conn, exc):
+                raise
             return False
         del self._reports[: len(batch)]
         return True
@@ -515,7 +551,8 @@ class Worker:
     async def _mark_stopped(self) -> None:
         try:
             conn = await asyncio.wait_for(self._report_link.get(), timeout=5.0)
-            await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
+            if conn is not None:
+                await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
         except (psycopg.Error, TimeoutError) as exc:
             self.log.warning("could not mark worker %s stopped: %s", self.name, exc)
 
@@ -525,13 +562,18 @@ class Worker:
         link = Link(self.url, "notifications", self.log, prepare_threshold=self._prepare)
         try:
             while True:
+                conn = await link.get()
+                if conn is None:
+                    return
                 try:
-                    conn = await link.get()
                     await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
                     self._wake_poll.set()  # anything sent while we were not listening
-                    async for _notify in conn.notifies():
-                        self._wake_poll.set()
-                except psycopg.OperationalError as exc:
+                    while True:
+                        async for _notify in conn.notifies(timeout=LISTEN_CHECK_S):
+                            self._wake_poll.set()
+                        # Quiet for a while: make sure the session is still alive.
+                        await conn.execute("select 1")
+                except psycopg.Error as exc:
                     await link.broken(exc)
         finally:
             await link.close()
@@ -544,3 +586,8 @@ def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
     if report.error is None:
         return "select from pgflow.complete_task(%s, %s, %s, %s)", (*key, Jsonb(report.output))
     return "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)
+
+
+def _primary(exc: psycopg.Error) -> str:
+    """The error's own message, without PostgreSQL's CONTEXT (which may quote data)."""
+    return exc.diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]

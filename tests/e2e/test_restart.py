@@ -3,6 +3,7 @@ server was down are reported afterwards, and every run completes."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,4 +60,23 @@ def test_a_postgresql_restart_mid_run_loses_nothing(
             assert worker.proc.poll() is None
     finally:
         db.close()
+        workers.close()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_worker_while_the_database_is_down(
+    own_server: embedded.EmbeddedServer, tmp_path: Path
+) -> None:
+    url = own_server.url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.migrate(conn)
+    workers = Workers(url, tmp_path)
+    try:
+        worker = workers.start("e2e_plain", "worker", PGFLOW_SHUTDOWN_GRACE="1").started()
+        own_server.stop()
+        worker.wait_for_log("lost the database connection")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        assert "could not mark worker" in worker.log()  # the database is still down
+    finally:
         workers.close()

@@ -75,3 +75,19 @@ def test_a_sync_handler_returning_an_awaitable_is_awaited() -> None:
         return async_echo(value, ctx)
 
     assert run(deferred, task(input=[1, 2]), root=False).output == [1, 2]
+
+
+def test_a_handler_cancelled_from_inside_fails_its_task() -> None:
+    async def cancelled(value: Any, ctx: Any, /) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.cancel()
+        return await future
+
+    assert run(cancelled, task(), root=False).error == "CancelledError: the handler was cancelled"
+
+
+def test_sys_exit_in_a_handler_fails_its_task() -> None:
+    def leave(value: Any, ctx: Any, /) -> Any:
+        raise SystemExit(3)
+
+    assert run(leave, task(), root=False).error == "SystemExit: 3"

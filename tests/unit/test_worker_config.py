@@ -101,3 +101,13 @@ def test_start_worker_checks_before_connecting_and_exits_1_with_one_clear_error(
         start_worker(QUEUED, step_slug=None, handler=handler, database_url="postgresql://nowhere/x")  # type: ignore[call-overload]
     assert raised.value.code == 1
     assert 'ConfigError: Step-queued flow "orders" needs a step_slug.' in caplog.text
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"batch_size": 2.5}, {"max_concurrent": True}, {"poll_interval": "1"}, {"worker_name": 3}],
+)
+def test_settings_given_in_code_must_have_their_type(values: dict[str, Any]) -> None:
+    with pytest.raises(errors.ConfigError, match="Invalid worker setting"):
+        check(values)
+    check({"poll_interval": 2, "shutdown_grace": 0.5, "notifications": False})
