@@ -401,8 +401,8 @@ class Worker:
         if unclaimed:
             self.log.warning(
                 "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
-                " them (already started or finished, or not this flow's or step's); they stay"
-                " in the queue",
+                " them (already started or finished, or not this flow's or step's); this worker"
+                " does not touch them",
                 len(unclaimed),
                 a.queue_name,
                 ", ".join(map(str, unclaimed)),
