@@ -481,6 +481,14 @@ class Worker:
                 await asyncio.wait_for(self._wake_report.wait(), timeout=timeout)
 
     async def _send_reports(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if not self._reports:
+            return
+        try:
+            await self._send_each(conn)
+        finally:
+            self._wake_poll.set()  # sent results free their slots for the poller
+
+    async def _send_each(self, conn: psycopg.AsyncConnection[Any]) -> None:
         while self._reports:
             if await self._send_pipelined(conn):
                 continue

@@ -64,3 +64,15 @@ def test_without_notifications_the_long_poll_fallback_keeps_work_moving(
     run_ids = [db.start("e2ePlain", {"name": f"n{i}"}) for i in range(3)]
     assert [db.finished(r)["status"] for r in run_ids] == ["completed"] * 3
     assert db.value("select count(*) from pgmq.notify_insert_throttle") == 0
+
+
+def test_a_freed_slot_wakes_the_poller_without_waiting_for_the_long_poll(
+    workers: Workers, db: Db
+) -> None:
+    # One slot and a long poll of 10 minutes: every next task must come from a wake-up (an
+    # insert notification, or the slot freed once the result was sent), never from the long poll.
+    workers.start(
+        "e2e_plain", "worker", "--max-concurrent", "1", PGFLOW_POLL_INTERVAL="600"
+    ).started()
+    run_ids = [db.start("e2ePlain", {"name": f"n{i}"}) for i in range(5)]
+    assert [db.finished(r)["status"] for r in run_ids] == ["completed"] * 5
