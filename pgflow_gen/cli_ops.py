@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -115,32 +114,26 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Any:
-    """Wait for the run on one connection, woken by its events (and re-reading it every second,
-    which also works behind a transaction pooler); a terminal shows the elapsed time."""
+    """Wait for the run (events, plus a read every second, which also works behind a
+    transaction pooler); a terminal shows the elapsed time."""
     started = time.monotonic()
     show = sys.stderr.isatty()
-    deadline = started + timeout
-    with client.connect() as conn:
-        conn.execute(sql.SQL("listen {}").format(sql.Identifier(f"pgflow_run_{run_id.hex}")))
-        while True:
-            run = client.read_run(conn, run_id)
-            if run.finished:
-                if show:
-                    print(file=sys.stderr)
-                return run
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if show:
-                    print(file=sys.stderr)
-                raise errors.PgflowError(
-                    f"Run {run_id} is still running after {timeout:g} s.",
-                    hint=f"Check it later with `pgflow-gen status {run_id}`.",
-                )
-            if show:
-                elapsed = time.monotonic() - started
-                print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
-            for _event in conn.notifies(timeout=min(1.0, remaining), stop_after=1):
-                pass
+
+    def tick() -> None:
+        if show:
+            elapsed = time.monotonic() - started
+            print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
+
+    try:
+        return client.get_run(run_id).wait(timeout, every_second=tick)
+    except TimeoutError:
+        raise errors.PgflowError(
+            f"Run {run_id} is still running after {timeout:g} s.",
+            hint=f"Check it later with `pgflow-gen status {run_id}`.",
+        ) from None
+    finally:
+        if show:
+            print(file=sys.stderr)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import functools
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -60,9 +61,13 @@ class Run(Generic[OutputT]):
     def finished(self) -> bool:
         return self.status != "started"
 
-    def wait(self, timeout: float = 60.0) -> Run[OutputT]:
+    def wait(
+        self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
+    ) -> Run[OutputT]:
         """Block until the run completes or fails, woken by the engine's notifications.
 
+        With `every_second`, it is also called (and the run read again) once a second while the
+        run goes on: a progress display, or a fallback where notifications do not arrive.
         Raises TimeoutError when it is still running after `timeout` seconds.
         """
         deadline = time.monotonic() + timeout
@@ -78,6 +83,9 @@ class Run(Generic[OutputT]):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"Run {self.run_id} is still running after {timeout} s.")
+                if every_second is not None:
+                    every_second()
+                    remaining = min(remaining, 1.0)
                 for _event in conn.notifies(timeout=remaining, stop_after=1):
                     pass
 

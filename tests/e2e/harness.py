@@ -3,7 +3,6 @@ project (`tests/e2e/project`), runs started in SQL, and waits that poll with a d
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,8 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+
+from tests.engine import Engine
 
 PROJECT = Path(__file__).parent / "project"
 DEADLINE_S = 60.0
@@ -122,32 +121,15 @@ class Workers:
         return iter(self.started)
 
 
-class Db:
-    """The test database, seen from the test (runs, tasks, queues)."""
+class Db(Engine):
+    """The test database, seen from the test: the SQL test driver's helpers on an own
+    connection, plus waiting for runs to finish."""
 
     def __init__(self, url: str) -> None:
-        self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+        super().__init__(psycopg.connect(url, autocommit=True))
 
     def close(self) -> None:
         self.conn.close()
-
-    def all(self, query: str, *params: Any) -> list[dict[str, Any]]:
-        return self.conn.execute(query, params).fetchall()
-
-    def value(self, query: str, *params: Any) -> Any:
-        row = self.conn.execute(query, params).fetchone()
-        assert row is not None, query
-        return next(iter(row.values()))
-
-    def start(self, flow_slug: str, input: Any) -> uuid.UUID:
-        run_id: uuid.UUID = self.value(
-            "select run_id from pgflow.start_flow(%s, %s)", flow_slug, Jsonb(input)
-        )
-        return run_id
-
-    def run(self, run_id: uuid.UUID) -> dict[str, Any]:
-        [row] = self.all("select * from pgflow.runs where run_id = %s", run_id)
-        return row
 
     def finished(self, run_id: uuid.UUID, deadline: float = DEADLINE_S) -> dict[str, Any]:
         def done() -> dict[str, Any] | None:
@@ -156,27 +138,5 @@ class Db:
 
         return eventually(done, f"run {run_id} to finish", deadline)
 
-    def state(self, run_id: uuid.UUID, step_slug: str) -> dict[str, Any]:
-        [row] = self.all(
-            "select * from pgflow.step_states where run_id = %s and step_slug = %s",
-            run_id,
-            step_slug,
-        )
-        return row
-
-    def task(self, run_id: uuid.UUID, step_slug: str, task_index: int = 0) -> dict[str, Any]:
-        [row] = self.all(
-            "select * from pgflow.step_tasks"
-            " where run_id = %s and step_slug = %s and task_index = %s",
-            run_id,
-            step_slug,
-            task_index,
-        )
-        return row
-
     def queue_ids(self, queue: str) -> list[int]:
-        return [r["msg_id"] for r in self.all(f"select msg_id from pgmq.q_{queue} order by 1")]
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+        return [m["msg_id"] for m in self.queued_messages(queue)]

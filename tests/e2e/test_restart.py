@@ -16,20 +16,26 @@ from tests.e2e.harness import Db, Workers, eventually
 
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[embedded.EmbeddedServer]:
+    """A migrated server of this test's own, which the test may stop and start."""
     server = embedded.EmbeddedServer.for_project(tmp_path / "project")
-    server.ensure_started()
+    with psycopg.connect(server.ensure_started(), autocommit=True) as conn:
+        migrations.migrate(conn)
     yield server
     server.destroy()
 
 
+@pytest.fixture
+def own_workers(own_server: embedded.EmbeddedServer, tmp_path: Path) -> Iterator[Workers]:
+    workers = Workers(own_server.url(), tmp_path)
+    yield workers
+    workers.close()
+
+
 @pytest.mark.slow
 def test_a_postgresql_restart_mid_run_loses_nothing(
-    own_server: embedded.EmbeddedServer, tmp_path: Path
+    own_server: embedded.EmbeddedServer, own_workers: Workers, tmp_path: Path
 ) -> None:
-    url = own_server.url()
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrations.migrate(conn)
-    workers = Workers(url, tmp_path)
+    url, workers = own_server.url(), own_workers
     db = Db(url)
     try:
         for entry in ("first", "second", "side"):
@@ -60,23 +66,15 @@ def test_a_postgresql_restart_mid_run_loses_nothing(
             assert worker.proc.poll() is None
     finally:
         db.close()
-        workers.close()
 
 
 @pytest.mark.slow
 def test_sigterm_stops_a_worker_while_the_database_is_down(
-    own_server: embedded.EmbeddedServer, tmp_path: Path
+    own_server: embedded.EmbeddedServer, own_workers: Workers
 ) -> None:
-    url = own_server.url()
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrations.migrate(conn)
-    workers = Workers(url, tmp_path)
-    try:
-        worker = workers.start("e2e_plain", "worker", PGFLOW_SHUTDOWN_GRACE="1").started()
-        own_server.stop()
-        worker.wait_for_log("lost the database connection")
-        worker.signal(signal.SIGTERM)
-        assert worker.wait() == 0
-        assert "could not mark worker" in worker.log()  # the database is still down
-    finally:
-        workers.close()
+    worker = own_workers.start("e2e_plain", "worker", PGFLOW_SHUTDOWN_GRACE="1").started()
+    own_server.stop()
+    worker.wait_for_log("lost the database connection")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert "could not mark worker" in worker.log()  # the database is still down
