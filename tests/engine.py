@@ -150,6 +150,20 @@ class Engine:
             None if output is None else Jsonb(output),
         )[0]
 
+    def complete_batch(self, tasks: list[Task], outputs: list[Any]) -> list[dict[str, Any]]:
+        """complete_tasks: the tasks with their outputs, in one call."""
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                "select * from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[])",
+                (
+                    [t.run_id for t in tasks],
+                    [t.step_slug for t in tasks],
+                    [t.task_index for t in tasks],
+                    [None if o is None else Jsonb(o) for o in outputs],
+                ),
+            )
+            return cur.fetchall()
+
     def fail(self, task: Task, message: str = "boom") -> dict[str, Any]:
         return self.call("fail_task", task.run_id, task.step_slug, task.task_index, message)[0]
 

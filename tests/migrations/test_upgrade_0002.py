@@ -63,7 +63,7 @@ def test_an_upgrade_keeps_everything_and_the_work_then_completes(version_1: Engi
     engine = version_1
     populate(engine)
     before = snapshot(engine)
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0002"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0002")] == ["0002"]
     assert snapshot(engine) == before
     assert {r["queue_mode"] for r in engine.all("select queue_mode from pgflow.flows")} == {"flow"}
 
