@@ -1,9 +1,11 @@
 """Engine throughput next to raw PGMQ, measured in the same run on the same server.
 
 Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one worker): read a
-batch from the flow queue, claim it with start_tasks, complete each task with complete_task, for
-RUNS runs of a 3-step sequential flow started beforehand (3 * RUNS tasks). Every call is its own
-autocommit transaction, as a real worker's. Prints tasks/s, msg/s and their ratio per batch size.
+batch from the flow queue, claim it with start_tasks, complete the claimed tasks with one
+complete_tasks call (as the worker reports the results it collected), for RUNS runs of a 3-step
+sequential flow started beforehand (3 * RUNS tasks). The same loop completing each task with its
+own complete_task call is measured too. Every call is its own autocommit transaction, as a real
+worker's. Prints tasks/s, msg/s and their ratios per batch size.
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3] [--batch 1 10 50]
 
@@ -87,8 +89,9 @@ def raw_pgmq(url: str, total: int, batch: int) -> float:
         return done / (time.perf_counter() - started)
 
 
-def engine(url: str, runs: int, batch: int) -> tuple[float, float]:
-    """(tasks per second of read + start_tasks + complete_task, runs started per second)."""
+def engine(url: str, runs: int, batch: int, per_task: bool = False) -> tuple[float, float]:
+    """(tasks per second of read + start_tasks + complete_tasks, runs started per second);
+    with per_task, one complete_task call per task instead."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
         conn.execute("select pgflow.create_flow(%s)", (FLOW,))
@@ -116,10 +119,21 @@ def engine(url: str, runs: int, batch: int) -> tuple[float, float]:
                 "select run_id, step_slug, task_index from pgflow.start_tasks(%s, %s, %s, %s)",
                 (FLOW, ids, WORKER_ID, QUEUE),
             ).fetchall()
-            for run_id, step_slug, task_index in tasks:
+            if per_task:
+                for run_id, step_slug, task_index in tasks:
+                    conn.execute(
+                        "select 1 from pgflow.complete_task(%s, %s, %s, %s)",
+                        (run_id, step_slug, task_index, output),
+                    )
+            elif tasks:
                 conn.execute(
-                    "select 1 from pgflow.complete_task(%s, %s, %s, %s)",
-                    (run_id, step_slug, task_index, output),
+                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[])",
+                    (
+                        [task[0] for task in tasks],
+                        [task[1] for task in tasks],
+                        [task[2] for task in tasks],
+                        [output] * len(tasks),
+                    ),
                 )
             done += len(tasks)
         elapsed = time.perf_counter() - started
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         for batch in args.batch:
-            raw, eng, starts = [], [], []
+            raw, eng, single, starts = [], [], [], []
             for _ in range(args.repeat):
                 with fresh_database(admin_url) as url:
                     raw.append(raw_pgmq(url, 3 * args.runs, batch))
@@ -161,16 +175,20 @@ def main(argv: list[str] | None = None) -> int:
                     tasks_per_s, start_rate = engine(url, args.runs, batch)
                     eng.append(tasks_per_s)
                     starts.append(start_rate)
+                with fresh_database(admin_url) as url:
+                    single.append(engine(url, args.runs, batch, per_task=True)[0])
             results[batch] = {
                 "raw": statistics.median(raw),
                 "engine": statistics.median(eng),
+                "single": statistics.median(single),
                 "starts": statistics.median(starts),
             }
             r = results[batch]
-            ratio = r["engine"] / r["raw"]
             print(
                 f"batch {batch:>3}: raw PGMQ {r['raw']:>8,.0f} msg/s"
-                f" | engine {r['engine']:>8,.0f} tasks/s | ratio {ratio:6.1%}"
+                f" | engine {r['engine']:>8,.0f} tasks/s, ratio {r['engine'] / r['raw']:6.1%}"
+                f" | per-task complete_task {r['single']:>7,.0f} tasks/s,"
+                f" ratio {r['single'] / r['raw']:6.1%}"
                 f" | start_flow {r['starts']:>6,.0f} runs/s",
                 flush=True,
             )

@@ -42,6 +42,11 @@ def connection_lost(conn: psycopg.AsyncConnection[Any] | None, exc: psycopg.Erro
     )
 
 
+def primary_message(exc: psycopg.Error) -> str:
+    """The error's own message, without PostgreSQL's CONTEXT (which may quote data)."""
+    return exc.diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class Link:
     """One autocommit connection, reopened on demand after `broken()`.
 

@@ -38,7 +38,8 @@ from psycopg.types.json import Jsonb
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost
+from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost, primary_message
+from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
 from pgflow_gen.runtime.worker_config import (
     HEARTBEAT_INTERVAL,
@@ -124,7 +125,7 @@ class Worker:
                 await self._register(first)
             except psycopg.Error as exc:
                 raise errors.DatabaseError(
-                    "The worker could not register.", detail=_primary(exc)
+                    "The worker could not register.", detail=primary_message(exc)
                 ) from exc
         except BaseException:
             await first.close()
@@ -245,6 +246,17 @@ class Worker:
     async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
         flow = self.assignment.flow
         try:
+            # The newest engine function this worker calls (engine migration 0003).
+            cursor = await conn.execute(
+                "select to_regprocedure('pgflow.complete_tasks(uuid[], text[], int[], jsonb[])')"
+            )
+            newest = await cursor.fetchone()
+            if newest is None or newest[0] is None:
+                raise errors.DatabaseError(
+                    "The database has no pgflow engine (or an older one).",
+                    detail="pgflow.complete_tasks (engine migration 0003) is missing.",
+                    hint="Run `pgflow-gen db migrate` against this database first.",
+                )
             cursor = await conn.execute(
                 "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
                 (
@@ -257,10 +269,11 @@ class Worker:
         except psycopg.OperationalError as exc:
             if not connection_lost(conn, exc):
                 raise errors.FlowCompilationError(
-                    f'Flow "{flow.slug}" could not be compiled.', detail=_primary(exc)
+                    f'Flow "{flow.slug}" could not be compiled.', detail=primary_message(exc)
                 ) from exc
             raise errors.DatabaseError(
-                "The database connection was lost while compiling the flow.", detail=_primary(exc)
+                "The database connection was lost while compiling the flow.",
+                detail=primary_message(exc),
             ) from exc
         except psycopg.errors.UndefinedFunction as exc:
             raise errors.DatabaseError(
@@ -304,11 +317,11 @@ class Worker:
         except psycopg.Error as exc:
             if connection_lost(conn, exc):
                 raise errors.DatabaseError(
-                    "The database connection was lost during startup.", detail=_primary(exc)
+                    "The database connection was lost during startup.", detail=primary_message(exc)
                 ) from exc
             self.log.warning(
                 "cannot enable PGMQ insert notifications (%s); polling every %.1f s",
-                _primary(exc),
+                primary_message(exc),
                 self.tuning.poll_interval,
             )
             return False
@@ -369,7 +382,9 @@ class Worker:
                         continue
                     # A statement error: log it and try again after the poll interval.
                     self.log.error(
-                        "polling queue %s failed: %s", self.assignment.queue_name, _primary(exc)
+                        "polling queue %s failed: %s",
+                        self.assignment.queue_name,
+                        primary_message(exc),
                     )
                     read = 0
                 if read == wanted and not self._draining:
@@ -471,7 +486,7 @@ class Worker:
                     continue
                 # A statement error (a heartbeat or sweep refused): log it and go on after a
                 # pause, so results, heartbeats and recovery keep their chance.
-                self.log.error("reporting failed: %s", _primary(exc))
+                self.log.error("reporting failed: %s", primary_message(exc))
                 await asyncio.sleep(1.0)
                 continue
             if self._reporter_done and not self._reports:
@@ -484,56 +499,9 @@ class Worker:
         if not self._reports:
             return
         try:
-            await self._send_each(conn)
+            await send_reports(conn, self._reports, self.log)
         finally:
             self._wake_poll.set()  # sent results free their slots for the poller
-
-    async def _send_each(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        while self._reports:
-            if await self._send_pipelined(conn):
-                continue
-            report = self._reports[0]
-            task = report.task
-            key = (task.run_id, task.step_slug, task.task_index)
-            try:
-                await conn.execute(*_callback(report))
-            except psycopg.Error as exc:
-                if connection_lost(conn, exc):
-                    raise  # kept: sent again after reconnecting
-                if report.error is None and not isinstance(exc, psycopg.errors.NoDataFound):
-                    # The engine refused the output (too large, not storable): fail it instead.
-                    self._reports[0] = Report(
-                        task, error=f"The engine refused the handler's output: {_primary(exc)}"
-                    )
-                    continue
-                self.log.error("could not report task %s/%s[%d]: %s", *key, _primary(exc))
-            self._reports.pop(0)
-
-    async def _send_pipelined(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Send the leading completions in one pipeline (one round trip); False when there are
-        fewer than two or one failed.
-
-        A second complete_task for a completed task is a no-op, so after a failure they are
-        simply sent again, the first one alone, which isolates the bad one. Failures are never
-        pipelined: a repeated fail_task could hit the task's next attempt.
-        """
-        batch = []
-        for report in self._reports:
-            if report.error is not None:
-                break
-            batch.append(report)
-        if len(batch) < 2:
-            return False
-        try:
-            async with conn.pipeline():
-                for report in batch:
-                    await conn.execute(*_callback(report))
-        except psycopg.Error as exc:
-            if connection_lost(conn, exc):
-                raise
-            return False
-        del self._reports[: len(batch)]
-        return True
 
     async def _heartbeat(self, conn: psycopg.AsyncConnection[Any]) -> None:
         try:
@@ -585,17 +553,3 @@ class Worker:
                     await link.broken(exc)
         finally:
             await link.close()
-
-
-def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
-    """The engine call that reports a finished handler: complete_task or fail_task."""
-    task = report.task
-    key = (task.run_id, task.step_slug, task.task_index)
-    if report.error is None:
-        return "select from pgflow.complete_task(%s, %s, %s, %s)", (*key, Jsonb(report.output))
-    return "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)
-
-
-def _primary(exc: psycopg.Error) -> str:
-    """The error's own message, without PostgreSQL's CONTEXT (which may quote data)."""
-    return exc.diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]

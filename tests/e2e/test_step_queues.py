@@ -187,6 +187,19 @@ def test_a_changed_flow_is_refused_before_registration(workers: Workers, db: Db)
     assert db.value("select count(*) from pgflow.workers") == 0
 
 
+def test_an_engine_older_than_the_worker_is_refused_before_registration(
+    workers: Workers, db: Db
+) -> None:
+    db.conn.execute("drop function pgflow.complete_tasks")  # as an engine before 0003
+    worker = workers.start("e2e_steps", "first")
+    assert worker.wait() != 0
+    log = worker.log()
+    assert "The database has no pgflow engine (or an older one)." in log
+    assert "pgflow.complete_tasks (engine migration 0003) is missing." in log
+    assert db.value("select count(*) from pgflow.workers") == 0
+    assert db.value("select count(*) from pgflow.flows") == 0
+
+
 def test_a_second_sigterm_ends_the_drain_at_once(workers: Workers, db: Db, tmp_path: Path) -> None:
     gate = tmp_path / "gate"  # never opened: the handler would wait for the whole grace period
     first = workers.start("e2e_steps", "first", PGFLOW_SHUTDOWN_GRACE="600").started()

@@ -1,0 +1,89 @@
+"""Sending results to the real engine: batches of successes, one bad output among them, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgflow_gen.runtime.reporting import send_reports
+from pgflow_gen.runtime.task_runner import Report
+from tests.engine import Engine
+
+LOG = logging.getLogger("tests.reporting")
+
+
+def send(db_url: str, reports: list[Report]) -> list[Report]:
+    async def go() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await send_reports(conn, reports, LOG)
+
+    asyncio.run(go())
+    return reports
+
+
+@pytest.fixture
+def engine(conn: psycopg.Connection[Any]) -> Engine:
+    engine = Engine(conn)
+    engine.flow("fanIn", {"slug": "work", "max_attempts": 1})
+    return engine
+
+
+def test_successes_are_completed_together_and_leave_the_list(engine: Engine, db_url: str) -> None:
+    run_ids = [engine.start("fanIn", {"n": n}) for n in range(3)]
+    tasks = engine.poll("fanIn")
+    reports = [Report(task, output={"n": i}) for i, task in enumerate(tasks)]
+
+    assert send(db_url, reports) == []
+    for run_id in run_ids:
+        assert engine.run(run_id)["status"] == "completed"
+
+
+def test_an_output_the_engine_refuses_fails_only_its_own_task(
+    engine: Engine, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_ids = [engine.start("fanIn", {"n": n}) for n in range(3)]
+    tasks = sorted(engine.poll("fanIn"), key=lambda t: run_ids.index(t.run_id))
+    # JSON allows \u0000 in a string, PostgreSQL's jsonb does not: the whole batch is refused.
+    outputs = ["fine", "nul \x00 byte", "also fine"]
+    reports = [Report(task, output=out) for task, out in zip(tasks, outputs, strict=True)]
+
+    assert send(db_url, reports) == []
+    good, bad, other = (engine.run(run_id) for run_id in run_ids)
+    assert (good["status"], other["status"]) == ("completed", "completed")
+    assert bad["status"] == "failed"
+    message = engine.task(run_ids[1], "work")["error_message"]
+    assert message.startswith("The engine refused the handler's output:")
+    assert "\x00" not in caplog.text
+
+
+def test_failures_are_reported_one_by_one_between_successes(engine: Engine, db_url: str) -> None:
+    run_ids = [engine.start("fanIn", {"n": n}) for n in range(4)]
+    tasks = sorted(engine.poll("fanIn"), key=lambda t: run_ids.index(t.run_id))
+    reports = [
+        Report(tasks[0], output=0),
+        Report(tasks[1], output=1),
+        Report(tasks[2], error="handler raised"),
+        Report(tasks[3], output=3),
+    ]
+
+    assert send(db_url, reports) == []
+    statuses = [engine.run(run_id)["status"] for run_id in run_ids]
+    assert statuses == ["completed", "completed", "failed", "completed"]
+    assert engine.task(run_ids[2], "work")["error_message"] == "handler raised"
+
+
+def test_a_report_for_a_task_that_does_not_exist_is_logged_and_dropped(
+    engine: Engine, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_id = engine.start("fanIn", {"n": 1})
+    [task] = engine.poll("fanIn")
+    ghost = type(task)(task.flow_slug, task.run_id, "gone", None, 0, 0, None)
+
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        assert send(db_url, [Report(ghost, output=1), Report(task, output=2)]) == []
+    assert 'Task 0 of step "gone"' in caplog.text
+    assert engine.run(run_id)["status"] == "completed"
