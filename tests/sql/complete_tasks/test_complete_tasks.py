@@ -211,6 +211,16 @@ def test_a_started_child_waits_for_its_start_delay(engine: Engine) -> None:
     assert all(55 < d["seconds"] <= 60 for d in delays)
 
 
+def test_a_batch_archives_its_tasks_messages_at_once(engine: Engine) -> None:
+    engine.flow("pair", {"slug": "one"}, {"slug": "two"})
+    engine.start("pair")
+    tasks = engine.poll("pair")
+    engine.complete_batch(tasks, [1, 2])
+    assert engine.archived_ids("pair") == {t.msg_id for t in tasks}
+    assert engine.queued_messages("pair") == []
+    assert engine.value("select count(*) from pgflow.archivable_messages") == 0
+
+
 def test_returns_each_task_afterwards_in_input_order(engine: Engine) -> None:
     engine.flow("pair", {"slug": "one"}, {"slug": "two"})
     engine.start("pair")

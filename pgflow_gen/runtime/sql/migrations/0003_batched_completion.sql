@@ -11,10 +11,11 @@
 -- The common case is done set-based, a handful of statements for the whole batch: a started task
 -- of a single step whose children are all plain single steps (no condition, not a map). Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
--- the batch), and runs with no step left complete. Every other task (a map task, a step with a
--- conditional or map child, a late callback of a finished run) goes through complete_task, after
--- the set-based ones, in input order; so does a batch that names a task twice, and a batch of
--- one (complete_task is cheaper for a single task).
+-- the batch), the tasks' messages are archived (one call per queue), and runs with no step left
+-- complete. Every other task (a map task, a step with a conditional or map child, a late
+-- callback of a finished run) goes through complete_task, after the set-based ones, in input
+-- order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
+-- for a single task).
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
 -- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
@@ -137,12 +138,6 @@ begin
       where t.ctid = any (v_batch.task_rows) and t.ctid = f.task_row
       returning t.queue_name, t.message_id
     ),
-    archivable as (
-      -- The messages are archived later, in a batch (see pgflow.archivable_messages).
-      insert into pgflow.archivable_messages (queue_name, message_id)
-      select d.queue_name, d.message_id from done as d
-      on conflict do nothing
-    ),
     closed as (
       update pgflow.step_states as ss
       set status = 'completed', output = f.output, remaining_tasks = 0, completed_at = clock_timestamp()
@@ -179,7 +174,9 @@ begin
       array_agg(coalesce(s.opt_start_delay, 0) order by c.run_id, s.step_index) as delays,
       array_agg(c.last order by c.run_id, s.step_index) as positions,
       array_agg(s.step_index order by c.run_id, s.step_index) as step_indexes,
-      (select array_agg(n.run_id) from counted as n where n.remaining_steps = 0) as finished_runs
+      (select array_agg(n.run_id) from counted as n where n.remaining_steps = 0) as finished_runs,
+      (select array_agg(d.queue_name order by d.message_id) from done as d) as done_queues,
+      (select array_agg(d.message_id order by d.message_id) from done as d) as done_messages
     into v_started
     from children as c
     join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
@@ -208,6 +205,14 @@ begin
       )
       using v_started.run_ids, v_started.flow_slugs, v_started.step_slugs, v_started.delays,
         v_started.queue_names, v_queue;
+    end loop;
+
+    -- The completed tasks' messages are archived at once, one call per queue (a single task's
+    -- completion leaves its message to the next claim's batch, see pgflow.archivable_messages).
+    for v_queue in select distinct q.name from unnest(v_started.done_queues) as q (name) order by 1 loop
+      perform pgmq.archive(v_queue, array(
+        select m.message_id from unnest(v_started.done_queues, v_started.done_messages) as m (queue_name, message_id)
+        where m.queue_name = v_queue));
     end loop;
 
     -- The events pgflow._emit_event would send, in one statement, and on each run's channel in
