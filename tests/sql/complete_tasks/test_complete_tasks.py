@@ -67,9 +67,17 @@ CASES: dict[str, tuple[Callable[[str], tuple[dict[str, Any], ...]], list[Any], O
 
 
 def drive(
-    engine: Engine, flow: str, inputs: list[Any], output: Output, batched: bool
+    engine: Engine,
+    flow: str,
+    inputs: list[Any],
+    output: Output,
+    batched: bool,
+    run_ids: list[uuid.UUID] | None = None,
 ) -> list[uuid.UUID]:
-    run_ids = [engine.start(flow, value) for value in inputs]
+    """Start a run per input (with the given run ids), then poll and complete until done."""
+    run_ids = run_ids or [uuid.uuid4() for _ in inputs]
+    for run_id, value in zip(run_ids, inputs, strict=True):
+        engine.call("start_flow", flow, Jsonb(value), run_id=run_id)
     for _ in range(50):
         tasks = engine.poll(flow)
         if not tasks:
@@ -146,18 +154,7 @@ def test_both_ways_announce_the_same_events(
         with psycopg.connect(db_url, autocommit=True) as listener:
             for run_id in run_ids:
                 listener.execute(f"listen pgflow_run_{run_id.hex}")
-            for run_id, value in zip(run_ids, inputs, strict=True):
-                engine.call("start_flow", flow, Jsonb(value), run_id=run_id)
-            for _ in range(20):
-                tasks = engine.poll(flow)
-                if not tasks:
-                    break
-                outputs = [output(task) for task in tasks]
-                if batched:
-                    engine.complete_batch(tasks, outputs)
-                else:
-                    for task, value in zip(tasks, outputs, strict=True):
-                        engine.complete(task, value)
+            drive(engine, flow, inputs, output, batched, run_ids)
             received = events(listener)
         per_run = [received[str(run_id)] for run_id in run_ids]
         announced.append(per_run if in_order else [sorted(e, key=str) for e in per_run])
