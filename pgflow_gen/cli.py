@@ -1,11 +1,20 @@
-"""The `pgflow-gen` command line. Exit codes: 0 success, 1 failure, 2 usage error."""
+"""The `pgflow-gen` command line.
+
+Exit codes: 0 success, 1 failure (a stale --check, a failed run, a database error), 2 usage error
+(an invalid spec, a bad option, an unknown flow), 70 internal error (a bug: one line, and the
+traceback with --debug or PGFLOW_DEBUG=1), 130 interrupted. A closed pipe (`... | head`) ends the
+command quietly, as coreutils tools do. Only `main` turns errors into messages and exit codes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import tomllib
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +24,7 @@ import psycopg
 from pgflow_gen import cli_ops, naming
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
+from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, embedded, errors, migrations
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
@@ -22,6 +32,9 @@ from pgflow_gen.spec import problems as problems_module
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE of sysexits.h
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool killed by SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,10 +43,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "handler"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("PGFLOW_DEBUG", "") not in (
+        "",
+        "0",
+    )
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's own flush at exit stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"internal error: {type(exc).__name__}: {message}; rerun with --debug for the"
+            " traceback",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; the user's mistakes and the environment's failures become messages."""
     try:
         code: int = args.handler(args)
+    except (UsageError, naming.FlowSpecError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except errors.PgflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:  # a file or folder of the user's that cannot be read or written
+        if isinstance(exc, BrokenPipeError):
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_FAILURE
     except psycopg.OperationalError as exc:
         print(f"error: cannot reach the database: {exc}".rstrip(), file=sys.stderr)
@@ -51,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgflow-gen", description="Typed, durable workflows on PostgreSQL + PGMQ."
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an internal error"
     )
     commands = parser.add_subparsers(title="commands")
 
@@ -106,7 +161,20 @@ def _parser() -> argparse.ArgumentParser:
     sql.set_defaults(handler=_db_sql)
 
     cli_ops.register(commands, url_option)
+    _accept_everywhere(parser, "--debug", help="show the traceback of an internal error")
     return parser
+
+
+def _accept_everywhere(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """Let every subcommand take `flag` too (`pgflow-gen build --debug ...`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in dict.fromkeys(action.choices.values()):
+                # SUPPRESS: a subcommand without the flag keeps the main parser's value.
+                subparser.add_argument(
+                    flag, action="store_true", default=argparse.SUPPRESS, help=help
+                )
+                _accept_everywhere(subparser, flag, help)
 
 
 def _spec_files(paths: Sequence[Path]) -> list[Path]:
@@ -160,9 +228,31 @@ def _project_config(project: Path) -> dict[str, Any]:
     path = project / "pyproject.toml"
     if not path.is_file():
         return {}
-    with path.open("rb") as handle:
-        config = tomllib.load(handle).get("tool", {}).get("pgflow-gen", {})
-    return config if isinstance(config, dict) else {}
+    try:
+        with path.open("rb") as handle:
+            config = tomllib.load(handle).get("tool", {}).get("pgflow-gen", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path.name} is not valid TOML: {exc}.") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"[tool.pgflow-gen] in {path.name} is not a table.")
+    expected = {"specs": "a list of paths", "out": "a path", "package": "a Python package name"}
+    for key, value in config.items():
+        if key not in expected:
+            raise UsageError(
+                f'Unknown key "{key}" under [tool.pgflow-gen] in {path.name}.',
+                hint=f"Known keys: {', '.join(expected)}.",
+            )
+        valid = (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+            if key == "specs"
+            else isinstance(value, str) and bool(value)
+        )
+        if not valid:
+            raise UsageError(
+                f"[tool.pgflow-gen] {key} in {path.name} must be {expected[key]}.",
+                detail=f"Got {value!r}.",
+            )
+    return config
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -177,6 +267,8 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder.")
     args.out = out
     files = _spec_files(paths)
     try:

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, database, errors
 
 EXIT_OK = 0
@@ -86,6 +87,21 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
+    """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
+    rows = conn.execute("select flow_slug from pgflow.flows order by flow_slug").fetchall()
+    known = [row["flow_slug"] for row in rows]
+    if flow_slug in known:
+        return
+    near = [slug for slug in known if slug.lower() == flow_slug.lower()]
+    raise UsageError(
+        f'No flow "{flow_slug}" is compiled in this database.',
+        hint=f'Did you mean "{near[0]}"? Slugs are exact.'
+        if near
+        else f"Compiled flows: {', '.join(known) or '(none)'}.",
+    )
+
+
 def _connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
     url = database.resolve_url(args.database_url)
     return psycopg.connect(url, autocommit=True, row_factory=dict_row)
@@ -95,7 +111,7 @@ def _start(args: argparse.Namespace) -> int:
     try:
         run_input = json.loads(args.input)
     except json.JSONDecodeError as exc:
-        raise errors.ConfigError(
+        raise UsageError(
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
     with _connect(args) as conn:
@@ -172,8 +188,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
-        raise errors.ConfigError("--limit must be at least 1.")
+        raise UsageError("--limit must be at least 1.")
     with _connect(args) as conn:
+        if args.flow_slug is not None:
+            _require_flow(conn, args.flow_slug)
         rows = conn.execute(
             "select run_id, flow_slug, status, started_at,"
             " coalesce(completed_at, failed_at) as ended from pgflow.runs"
@@ -215,8 +233,10 @@ def _workers(args: argparse.Namespace) -> int:
 
 def _coverage(args: argparse.Namespace) -> int:
     if args.freshness <= 0:
-        raise errors.ConfigError("--freshness must be above 0 seconds.")
+        raise UsageError("--freshness must be above 0 seconds.")
     with _connect(args) as conn:
+        if args.flow_slug is not None:
+            _require_flow(conn, args.flow_slug)
         rows = conn.execute(
             "select * from pgflow.queue_coverage(make_interval(secs => %s))"
             " where %s::text is null or flow_slug = %s",

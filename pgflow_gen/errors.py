@@ -23,3 +23,10 @@ class PgflowError(Exception):
         if self.hint:
             parts.append(f"HINT: {self.hint}")
         return "\n".join(parts)
+
+
+class UsageError(PgflowError):
+    """A command was called wrongly: a bad option value, an unknown flow, a broken config file.
+    The CLI exits 2 for it, as for an invalid spec."""
+
+    code = "usage_error"

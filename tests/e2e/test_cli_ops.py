@@ -53,7 +53,19 @@ def test_coverage_counts_only_live_workers_and_each_route_once(
     assert code == 0
     assert "3 of 3 route(s) covered" in out
     code, out = run_cli(capsys, db_url, "coverage", "--flow", "otherFlow")
-    assert (code, out.splitlines()[-1]) == (0, "0 of 0 route(s) covered (heartbeat within 15 s)")
+    assert (code, out.splitlines()[0]) == (
+        2,
+        'error: No flow "otherFlow" is compiled in this database.',
+    )
+    assert "Compiled flows: " in out
+    code, out = run_cli(capsys, db_url, "coverage", "--flow", "e2esteps")
+    assert code == 2
+    assert 'HINT: Did you mean "e2eSteps"? Slugs are exact.' in out
+    code, out = run_cli(capsys, db_url, "runs", "--flow", "otherFlow")
+    assert (code, out.splitlines()[0]) == (
+        2,
+        'error: No flow "otherFlow" is compiled in this database.',
+    )
 
 
 def test_start_wait_status_runs_and_workers(
@@ -86,7 +98,7 @@ def test_start_reports_bad_input_and_unknown_flows(
     db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = run_cli(capsys, db_url, "start", "e2ePlain", "--input", "{nope")
-    assert (code, out.splitlines()[0]) == (1, "error: --input is not JSON: Expecting property"
+    assert (code, out.splitlines()[0]) == (2, "error: --input is not JSON: Expecting property"
                                            " name enclosed in double quotes: line 1 column 2"
                                            " (char 1)")  # fmt: skip
     code, out = run_cli(capsys, db_url, "start", "missingFlow")

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from pgflow_gen import cli
@@ -47,3 +51,20 @@ def test_an_unreachable_database_exits_1(capsys: pytest.CaptureFixture[str]) -> 
     url = "postgresql://nobody@/nodb?host=/nonexistent-socket-dir&connect_timeout=2"
     assert cli.main(["db", "migrate", "--database-url", url]) == 1
     assert "cannot reach the database" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["runs"], ["db", "status"]])
+def test_piping_into_a_closed_reader_ends_quietly(db_url: str, command: list[str]) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `pgflow-gen runs | head -1` once head has exited
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pgflow_gen.cli", *command, "--database-url", db_url],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (cli.EXIT_BROKEN_PIPE, b"")
