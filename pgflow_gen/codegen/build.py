@@ -1,7 +1,8 @@
 """`pgflow-gen build`: generate every artifact in memory, then write only what changed.
 
 The manifest lists every generated file with its hash, so a later build (or `--check`) knows
-which files are orphans; files the manifest does not list are never touched.
+which files are orphans; files the manifest does not list are never touched, and nothing outside
+the output folder is ever written or removed.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pgflow_gen import naming
 from pgflow_gen.codegen import artifacts, names, views
+from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec.problems import Location, Problem, SpecErrors
 
@@ -50,11 +53,16 @@ def package_for(out: Path, project: Path) -> str:
     return ".".join(parts)
 
 
+class UnsafeOutputPathError(UsageError):
+    """A path the build would write or remove leads outside the output folder."""
+
+    code = "unsafe_output_path"
+
+
 def display_path(path: Path, project: Path) -> str:
-    try:
-        return path.resolve().relative_to(project.resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()
+    """`path` relative to the project, with `..` when it lies outside: never absolute, so the
+    generated headers do not depend on where the checkout is."""
+    return Path(os.path.relpath(path.resolve(), project.resolve())).as_posix()
 
 
 def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict[str, str]:
@@ -99,9 +107,17 @@ def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict
 
 
 def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
-    """Write changed files and remove orphans (or, with `check`, only describe them as diffs)."""
+    """Write changed files and remove orphans (or, with `check`, only describe them as diffs).
+
+    Every path is checked to stay inside `out` before anything is written or removed.
+    """
     outcome = Outcome()
     previous = _previous_manifest(out)
+    orphans = sorted(set(previous) - set(files))
+    for relative in files:
+        _check_inside(out, relative, origin="The build writes")
+    for relative in orphans:
+        _check_inside(out, relative, origin=f"{out / artifacts.MANIFEST} lists")
     to_write: list[tuple[Path, str]] = []
     for relative, content in files.items():
         target = out / relative
@@ -114,7 +130,7 @@ def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
             outcome.diffs.append(_diff(relative, current, content))
         else:
             to_write.append((target, content))
-    for relative in sorted(set(previous) - set(files)):
+    for relative in orphans:
         target = out / relative
         if target.is_file():
             outcome.removed.append(relative)
@@ -124,6 +140,28 @@ def apply(files: dict[str, str], out: Path, *, check: bool) -> Outcome:
                 target.unlink()
     _write_all(to_write)
     return outcome
+
+
+def _check_inside(out: Path, relative: str, *, origin: str) -> None:
+    """Raise UnsafeOutputPathError unless `out / relative` stays inside `out`: a relative path
+    without `..`, and no symlink on the way that leads out."""
+    escapes = (
+        not relative
+        or "\\" in relative
+        or PurePosixPath(relative).is_absolute()
+        or any(part in ("..", "") for part in relative.split("/"))
+    )
+    root = out.resolve()
+    if not escapes:
+        escapes = not (out / relative).resolve().is_relative_to(root)
+    if escapes:
+        raise UnsafeOutputPathError(
+            f'{origin} "{relative}", which leads outside {out}; nothing was written or removed.',
+            detail="Generated files are written and removed only inside the output folder"
+            " (no absolute path, no `..`, no symlink that leads out).",
+            hint="Remove the entry from the manifest (or the symlink from the output folder),"
+            " then build again.",
+        )
 
 
 def _write_all(files: list[tuple[Path, str]]) -> None:
@@ -155,8 +193,14 @@ def _previous_manifest(out: Path) -> dict[str, str]:
 
 
 def _common_source(sources: list[str]) -> str:
-    folders = {Path(source).parent.as_posix() for source in sources}
-    return ", ".join(sorted(folders)) if folders else "no specs"
+    """The folders of the specs (`flows`); a spec at the project root is named by its file."""
+    names = {
+        source
+        if PurePosixPath(source).parent == PurePosixPath(".")
+        else str(PurePosixPath(source).parent)
+        for source in sources
+    }
+    return ", ".join(sorted(names)) if names else "no specs"
 
 
 def _diff(relative: str, before: str | None, after: str | None) -> str:

@@ -58,7 +58,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "one",
     "queueName": "benchchain__one"

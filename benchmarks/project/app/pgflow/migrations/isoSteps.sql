@@ -41,7 +41,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "slow",
     "queueName": "isosteps__slow"

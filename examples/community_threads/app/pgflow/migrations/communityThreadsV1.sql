@@ -83,7 +83,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "classify",
     "queueName": "communitythreadsv1__classify"

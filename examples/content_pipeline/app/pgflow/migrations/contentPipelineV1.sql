@@ -63,7 +63,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "fetchPages",
     "queueName": "contentpipelinev1__fetchpages"

@@ -43,7 +43,7 @@ declare
   ]
 }'::jsonb,
     'flow',
-null
+    null
   );
 begin
   if v_result ->> 'status' = 'mismatch' then

@@ -78,7 +78,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "pick",
     "queueName": "e2efanout__pick"

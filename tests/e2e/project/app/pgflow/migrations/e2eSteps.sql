@@ -56,7 +56,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "first",
     "queueName": "e2esteps__first"

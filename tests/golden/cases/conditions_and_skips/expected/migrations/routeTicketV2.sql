@@ -100,7 +100,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "classify",
     "queueName": "routeticketv2__classify"

@@ -14,7 +14,7 @@ declare
   "steps": []
 }'::jsonb,
     'flow',
-null
+    null
   );
 begin
   if v_result ->> 'status' = 'mismatch' then

@@ -28,7 +28,7 @@ declare
   ]
 }'::jsonb,
     'flow',
-null
+    null
   );
 begin
   if v_result ->> 'status' = 'mismatch' then

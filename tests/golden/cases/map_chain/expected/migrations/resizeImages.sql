@@ -58,7 +58,7 @@ declare
   ]
 }'::jsonb,
     'flow',
-null
+    null
   );
 begin
   if v_result ->> 'status' = 'mismatch' then

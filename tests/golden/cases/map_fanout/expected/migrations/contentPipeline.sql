@@ -59,7 +59,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "fetchPages",
     "queueName": "contentpipeline__fetchpages"

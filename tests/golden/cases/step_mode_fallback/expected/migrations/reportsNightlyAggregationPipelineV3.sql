@@ -62,7 +62,7 @@ declare
   ]
 }'::jsonb,
     'step',
-'[
+    '[
   {
     "stepSlug": "load",
     "queueName": "reportsnightlyaggregationpipelinev3__load"
