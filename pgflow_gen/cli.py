@@ -187,21 +187,13 @@ def _spec_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def _validate(args: argparse.Namespace) -> int:
     problems: list[problems_module.Problem] = []
     files = _spec_files(args.paths)
-    for path in files:
-        try:
-            loader.load_file(path, display_name=_display(path))
-        except problems_module.SpecErrors as exc:
-            problems.extend(exc.problems)
+    try:
+        build_module.load(files, project=Path.cwd())
+    except problems_module.SpecErrors as exc:
+        problems.extend(exc.problems)
     if not files:
         problems.append(
             problems_module.Problem(
@@ -306,7 +298,9 @@ def _build(args: argparse.Namespace) -> int:
 
 def _graph(args: argparse.Namespace) -> int:
     try:
-        spec = loader.load_file(args.path, display_name=_display(args.path))
+        spec = loader.load_file(
+            args.path, display_name=build_module.display_path(args.path, Path.cwd())
+        )
     except problems_module.SpecErrors as exc:
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pgflow_gen import naming
-from pgflow_gen.codegen import artifacts, names, views
+from pgflow_gen.codegen import artifacts, checks, views
 from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
-from pgflow_gen.spec.problems import Location, Problem, SpecErrors
+from pgflow_gen.spec.problems import Problem, SpecErrors
 
 
 @dataclass
@@ -65,36 +65,30 @@ def display_path(path: Path, project: Path) -> str:
     return Path(os.path.relpath(path.resolve(), project.resolve())).as_posix()
 
 
-def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict[str, str]:
-    """Every generated file, keyed by its path relative to the output directory."""
+def load(spec_paths: Sequence[Path], *, project: Path) -> list[checks.LoadedSpec]:
+    """Load every spec and check what the generator needs across them; raise SpecErrors with
+    every problem of every file. `pgflow-gen validate` runs exactly this."""
     problems: list[Problem] = []
     loaded = []
     for path in spec_paths:
         source = display_path(path, project)
         try:
-            loaded.append((source, loader.load_file(path, display_name=source)))
+            loaded.append(
+                checks.LoadedSpec(path, source, loader.load_file(path, display_name=source))
+            )
         except SpecErrors as exc:
             problems.extend(exc.problems)
-    seen: dict[str, str] = {}
-    for source, spec in loaded:
-        for key in (spec.slug.lower(), f"module:{names.snake_case(spec.slug)}"):
-            if key in seen:
-                problems.append(
-                    Problem(
-                        "duplicate_flow",
-                        f'Flow "{spec.slug}" collides with the flow of {seen[key]}.',
-                        Location(source, path="slug"),
-                        detail="Flow slugs must be unique ignoring case, and so must modules.",
-                        hint="Give every concrete flow its own slug.",
-                        flow_slug=spec.slug,
-                    )
-                )
-            seen[key] = source
+    problems += checks.problems(loaded)
     if problems:
         raise SpecErrors(problems)
+    return loaded
 
-    flows = [views.build(spec, source=source, package=package) for source, spec in loaded]
-    sources = _common_source([source for source, _ in loaded])
+
+def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict[str, str]:
+    """Every generated file, keyed by its path relative to the output directory."""
+    loaded = load(spec_paths, project=project)
+    flows = [views.build(item.spec, source=item.source, package=package) for item in loaded]
+    sources = _common_source([item.source for item in loaded])
     files: dict[str, str] = {}
     for flow in flows:
         files.update(artifacts.flow_module(flow))

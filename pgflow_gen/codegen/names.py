@@ -1,11 +1,54 @@
-"""Every derived identifier, computed in one place (and golden-tested through the output)."""
+"""Every derived identifier, computed in one place (and golden-tested through the output).
+
+A flow's names come in two kinds. *Contract* names are documented (DESIGN.md section 3) and
+derived from the slugs alone: flow and step modules, `<Step>Output`, `<Step>Handler`,
+`<Step>Deps`, `<Step>Item`, `<Step>ItemOutput`, and the fixed `Input`, `Output`, `Handlers`,
+`StepSlug`, `FLOW`. Two slugs that give one contract name (`fooBar` and `foo_bar` both give
+`FooBarOutput` and the module `foo_bar`) are a spec problem that `validate` reports. *Nested*
+names (TypedDicts for nested objects, `$defs` entries) are derived from their place in a schema
+and made unique deterministically (`InputAddress`, then `InputAddress2`), never clashing with a
+contract name.
+"""
 
 from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+# Module names of the output folder that a flow module must not take.
+RESERVED_MODULES = frozenset({"workers", "migrations"})
+# Names every flow module defines or imports besides its types.
+FIXED_NAMES = (
+    "FLOW",
+    "STEP_QUEUED_FLOW",
+    "Handlers",
+    "Input",
+    "Output",
+    "StepSlug",
+    # imports of the flow module (typing and pgflow_gen.runtime)
+    "Context",
+    "Final",
+    "Flow",
+    "FlowOptions",
+    "Json",
+    "Literal",
+    "MaybeAwaitable",
+    "Never",
+    "NotRequired",
+    "Protocol",
+    "Step",
+    "StepOptions",
+    "StepQueuedFlow",
+    "TypeAlias",
+    "TypedDict",
+    "annotations",
+    "start_worker",
+    "with_step_queues",
+)
 
 
 def snake_case(slug: str) -> str:
@@ -29,3 +72,103 @@ def pascal_case(slug: str) -> str:
 
 def is_identifier(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def flow_module(flow_slug: str) -> str:
+    """The flow's module in the output package; `workers` and `migrations` are folders there.
+
+    >>> flow_module("communityThreadsV1"), flow_module("workers")
+    ('community_threads_v1', 'workers_')
+    """
+    name = snake_case(flow_slug)
+    return f"{name}_" if name in RESERVED_MODULES else name
+
+
+def nested_part(key: str) -> str:
+    """A property key or `$defs` key as part of a nested type name: `home-address` -> `HomeAddress`.
+
+    >>> nested_part("home-address"), nested_part("2nd"), nested_part("")
+    ('HomeAddress', '2nd', '')
+    """
+    return pascal_case("".join(c if c.isalnum() and c.isascii() else "_" for c in key))
+
+
+@dataclass(frozen=True)
+class StepNames:
+    """The contract names of one step. `deps` exists for dependent single steps; `item` and
+    `item_output` for map steps."""
+
+    slug: str
+    index: int
+    module: str
+    output: str
+    handler: str
+    deps: str | None
+    item: str | None
+    item_output: str | None
+
+    def types(self) -> tuple[str, ...]:
+        found = (self.output, self.handler, self.deps, self.item, self.item_output)
+        return tuple(name for name in found if name is not None)
+
+
+def step_names(slug: str, index: int, *, is_map: bool, has_dependencies: bool) -> StepNames:
+    prefix = pascal_case(slug)
+    return StepNames(
+        slug=slug,
+        index=index,
+        module=snake_case(slug),
+        output=f"{prefix}Output",
+        handler=f"{prefix}Handler",
+        deps=f"{prefix}Deps" if has_dependencies and not is_map else None,
+        item=f"{prefix}Item" if is_map else None,
+        item_output=f"{prefix}ItemOutput" if is_map else None,
+    )
+
+
+@dataclass(frozen=True)
+class Collision:
+    """Two steps (by index) that derive the same name (`kind`: a type or a worker module)."""
+
+    name: str
+    kind: str
+    first: int
+    second: int
+
+
+def collisions(steps: Sequence[StepNames], *, step_modules: bool) -> list[Collision]:
+    """The first shared name of every pair of steps that share one, in step order."""
+    owners: dict[tuple[str, str], int] = {}
+    found: dict[tuple[int, int], Collision] = {}
+    for step in steps:
+        derived = [(name, "type") for name in step.types()]
+        if step_modules:
+            derived.append((step.module, "worker module"))
+        for name, kind in derived:
+            first = owners.setdefault((name, kind), step.index)
+            if first != step.index and (first, step.index) not in found:
+                found[(first, step.index)] = Collision(name, kind, first, step.index)
+    return sorted(found.values(), key=lambda c: (c.second, c.first))
+
+
+class NameAllocator:
+    """Hands out unique module-level names: contract names as they are, nested names with a
+    number appended when taken (`InputAddress2`)."""
+
+    def __init__(self, reserved: Iterable[str]) -> None:
+        self._reserved = set(reserved) | set(FIXED_NAMES)
+        self._taken: set[str] = set()
+
+    def contract(self, name: str) -> str:
+        if name in self._taken:
+            raise ValueError(f"contract name {name} is generated twice")
+        self._taken.add(name)
+        return name
+
+    def nested(self, wanted: str) -> str:
+        name, number = wanted, 1
+        while name in self._taken or name in self._reserved:
+            number += 1
+            name = f"{wanted}{number}"
+        self._taken.add(name)
+        return name

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgflow_gen.codegen import names
+from pgflow_gen.codegen import literals, names
+from pgflow_gen.codegen.names import NameAllocator
 from pgflow_gen.spec import model
 
 JSON = "Json"
@@ -37,6 +37,10 @@ class TypedDictDecl:
     description: str | None = None
 
     @property
+    def docstring(self) -> str | None:
+        return literals.docstring(self.description, indent=4)
+
+    @property
     def class_syntax(self) -> bool:
         """Class syntax needs identifier keys; others use the functional form."""
         return all(names.is_identifier(f.key) for f in self.fields)
@@ -51,53 +55,82 @@ class AliasDecl:
 Decl = TypedDictDecl | AliasDecl
 
 
+Scope = dict[str, str]
+"""A schema's `$defs` entries by key -> the names of their declarations."""
+
+
 @dataclass
 class TypeBuilder:
-    """Collects the declarations a schema needs, in dependency order, without duplicates."""
+    """Collects the declarations a flow's schemas need, in dependency order. Contract names are
+    declared as they are; nested ones come unique from the allocator."""
 
+    names: NameAllocator
     decls: list[Decl] = field(default_factory=list)
-    _taken: set[str] = field(default_factory=set)
 
     def declare(self, decl: Decl) -> None:
-        if decl.name in self._taken:
-            raise ValueError(f"type name {decl.name} is generated twice")
-        self._taken.add(decl.name)
+        self.names.contract(decl.name)
         self.decls.append(decl)
 
-    def named(self, name: str, schema: model.TypeSchema | None) -> None:
-        """Declare `name` for `schema`: a TypedDict for an object with properties, else an alias."""
+    def named(
+        self, name: str, schema: model.TypeSchema | None, scope: Scope | None = None
+    ) -> Scope:
+        """Declare the contract name `name` for `schema` (a TypedDict for an object with
+        properties, else an alias). A root schema (no `scope`) declares its `$defs` first;
+        returns the scope its `$ref`s resolve in."""
         if schema is None:
             self.declare(AliasDecl(name, JSON))
-            return
-        defs = {key: f"{name}{names.pascal_case(key)}" for key in (schema.defs or {})}
-        for key, definition in (schema.defs or {}).items():
-            self.named(defs[key], definition)
-        if _is_record(schema):
-            self._typed_dict(name, schema, defs)
-        else:
-            self.declare(AliasDecl(name, self.expression(schema, name, defs)))
+            return {}
+        if scope is None:
+            scope = self._definitions(name, schema.defs or {})
+        self.names.contract(name)
+        self._declare_as(name, schema, scope)
+        return scope
 
-    def expression(self, schema: model.TypeSchema, context: str, defs: dict[str, str]) -> str:
+    def _definitions(self, owner: str, definitions: dict[str, model.TypeSchema]) -> Scope:
+        """Name every `$defs` entry, then declare them so that each follows those it refers to
+        (validation has rejected cycles)."""
+        scope = {key: self.names.nested(f"{owner}{names.nested_part(key)}") for key in definitions}
+        declared: set[str] = set()
+
+        def declare(key: str, path: tuple[str, ...]) -> None:
+            if key in declared:
+                return
+            if key in path:
+                raise ValueError(f"$defs entry {key!r} refers to itself")
+            for ref in sorted(definitions[key].referenced_defs()):
+                declare(ref, (*path, key))
+            declared.add(key)
+            self._declare_as(scope[key], definitions[key], scope)
+
+        for key in definitions:
+            declare(key, ())
+        return scope
+
+    def _declare_as(self, name: str, schema: model.TypeSchema, scope: Scope) -> None:
+        if _is_record(schema):
+            self._typed_dict(name, schema, scope)
+        else:
+            self.decls.append(AliasDecl(name, self.expression(schema, name, scope)))
+
+    def expression(self, schema: model.TypeSchema, context: str, scope: Scope) -> str:
         """A type expression for `schema`; nested records get TypedDicts named after `context`."""
         if schema.ref is not None:
-            return defs[schema.ref.removeprefix("#/$defs/")]
+            return scope[schema.ref.removeprefix(model.REF_PREFIX)]
         if schema.const is not None or "const" in schema.model_fields_set:
             return self._literal([schema.const])
         if schema.enum is not None:
             return self._literal(schema.enum)
         if schema.any_of is not None:
             options = [
-                self.expression(option, f"{context}Option{i}", defs)
+                self.expression(option, f"{context}Option{i}", scope)
                 for i, option in enumerate(schema.any_of)
             ]
             return " | ".join(dict.fromkeys(options))
         kinds = schema.type if isinstance(schema.type, list) else [schema.type]
-        rendered = [self._kind(kind, schema, context, defs) for kind in kinds]
+        rendered = [self._kind(kind, schema, context, scope) for kind in kinds]
         return " | ".join(dict.fromkeys(rendered))
 
-    def _kind(
-        self, kind: str | None, schema: model.TypeSchema, context: str, defs: dict[str, str]
-    ) -> str:
+    def _kind(self, kind: str | None, schema: model.TypeSchema, context: str, scope: Scope) -> str:
         if kind is None:
             return JSON
         if kind in _SCALARS:
@@ -106,45 +139,34 @@ class TypeBuilder:
             item = (
                 JSON
                 if schema.items is None
-                else self.expression(schema.items, f"{context}Item", defs)
+                else self.expression(schema.items, f"{context}Item", scope)
             )
             return f"list[{item}]"
         # object
         if _is_record(schema):
-            self._typed_dict(context, schema, defs)
-            return context
+            name = self.names.nested(context)
+            self._typed_dict(name, schema, scope)
+            return name
         extra = schema.additional_properties
         value = (
-            self.expression(extra, f"{context}Value", defs)
+            self.expression(extra, f"{context}Value", scope)
             if isinstance(extra, model.TypeSchema)
             else JSON
         )
         return f"dict[str, {value}]"
 
-    def _typed_dict(self, name: str, schema: model.TypeSchema, defs: dict[str, str]) -> None:
+    def _typed_dict(self, name: str, schema: model.TypeSchema, scope: Scope) -> None:
         required = set(schema.required or [])
         fields = []
         for key, child in (schema.properties or {}).items():
-            annotation = self.expression(child, f"{name}{names.pascal_case(_word(key))}", defs)
+            annotation = self.expression(child, f"{name}{names.nested_part(key)}", scope)
             fields.append(Field(key, annotation, key in required))
-        self.declare(TypedDictDecl(name, tuple(fields), schema.description))
+        self.decls.append(TypedDictDecl(name, tuple(fields), schema.description))
 
     def _literal(self, values: list[Any]) -> str:
-        literals = [_python_literal(v) for v in values]
-        return f"Literal[{', '.join(literals)}]"
+        return f"Literal[{', '.join(literals.literal(v) for v in values)}]"
 
 
 def _is_record(schema: model.TypeSchema) -> bool:
     kinds = schema.type if isinstance(schema.type, list) else [schema.type]
     return kinds == ["object"] and bool(schema.properties)
-
-
-def _word(key: str) -> str:
-    """A property key as a name part: non-identifier characters become underscores."""
-    return "".join(c if c.isalnum() else "_" for c in key)
-
-
-def _python_literal(value: Any) -> str:
-    if value is None or isinstance(value, bool | int | str):
-        return json.dumps(value) if isinstance(value, str) else repr(value)
-    raise ValueError(f"Literal values must be strings, integers, booleans or null, got {value!r}")

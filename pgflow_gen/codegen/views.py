@@ -9,8 +9,8 @@ from typing import Any
 
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
-from pgflow_gen.codegen import names
-from pgflow_gen.codegen.types import AliasDecl, Decl, Field, TypeBuilder, TypedDictDecl
+from pgflow_gen.codegen import literals, names
+from pgflow_gen.codegen.types import AliasDecl, Decl, Field, Scope, TypeBuilder, TypedDictDecl
 from pgflow_gen.spec import model
 
 
@@ -39,7 +39,7 @@ class FlowView:
     module: str
     source: str
     queue_mode: str
-    description: str | None
+    docstring: str
     package: str
     steps: tuple[StepView, ...]
     decls: tuple[tuple[int, Decl], ...]
@@ -58,43 +58,55 @@ class FlowView:
         return tuple(sorted({step.handler_module for step in self.steps}))
 
 
+def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
+    """The flow's module and every step's contract names."""
+    return names.flow_module(spec.slug), tuple(
+        names.step_names(
+            step.slug,
+            index,
+            is_map=step.type == "map",
+            has_dependencies=bool(_dependencies(step)),
+        )
+        for index, step in enumerate(spec.steps)
+    )
+
+
 def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
-    builder = TypeBuilder()
-    builder.named("Input", spec.input)
+    module, step_names = flow_names(spec)
+    builder = TypeBuilder(names.NameAllocator(name for step in step_names for name in step.types()))
+    scopes = {"": builder.named("Input", spec.input)}
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
-    prefixes = [names.pascal_case(step.slug) for step in spec.steps]
 
     # Output types first: dependents refer to them.
-    for step, prefix in zip(spec.steps, prefixes, strict=True):
-        if step.type == "map":
-            builder.named(f"{prefix}ItemOutput", step.output)
-            builder.declare(AliasDecl(f"{prefix}Output", f"list[{prefix}ItemOutput]"))
+    for step, step_name in zip(spec.steps, step_names, strict=True):
+        if step_name.item_output is not None:
+            scopes[step.slug] = builder.named(step_name.item_output, step.output)
+            builder.declare(AliasDecl(step_name.output, f"list[{step_name.item_output}]"))
         else:
-            builder.named(f"{prefix}Output", step.output)
+            scopes[step.slug] = builder.named(step_name.output, step.output)
 
     routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
     steps = []
-    for step, prefix, route in zip(spec.steps, prefixes, routes, strict=True):
+    for step, step_name, route in zip(spec.steps, step_names, routes, strict=True):
         dependencies = _dependencies(step)
-        if step.type == "map":
-            source_type = _element_type(spec, step, builder, prefixes, index_of)
+        if step_name.item is not None and step_name.item_output is not None:
+            source_type = _element_type(spec, step, builder, step_names, index_of, scopes)
             first_param, annotation = "item", source_type
-            output = f"{prefix}ItemOutput"
-        elif dependencies:
-            deps_name = f"{prefix}Deps"
-            _declare_deps(builder, deps_name, dependencies, spec, prefixes, index_of)
-            first_param, annotation, output = "deps", deps_name, f"{prefix}Output"
+            output = step_name.item_output
+        elif step_name.deps is not None:
+            _declare_deps(builder, step_name.deps, dependencies, spec, step_names, index_of)
+            first_param, annotation, output = "deps", step_name.deps, step_name.output
         else:
-            first_param, annotation, output = "flow_input", "Input", f"{prefix}Output"
+            first_param, annotation, output = "flow_input", "Input", step_name.output
         module_name, _, attr = step.handler.partition(":")
         steps.append(
             StepView(
                 slug=step.slug,
-                module=names.snake_case(step.slug),
+                module=step_name.module,
                 handler_module=module_name,
                 handler_attr=attr,
                 output_name=output,
-                handler_name=f"{prefix}Handler",
+                handler_name=step_name.handler,
                 first_param=first_param,
                 input_annotation=annotation,
                 definition_args=_step_definition(step, dependencies),
@@ -103,7 +115,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             )
         )
 
-    _declare_output(builder, spec, prefixes, index_of)
+    _declare_output(builder, spec, step_names, index_of)
 
     used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
         s.input_annotation for s in steps
@@ -142,10 +154,15 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     )
     return FlowView(
         slug=spec.slug,
-        module=names.snake_case(spec.slug),
+        module=module,
         source=source,
         queue_mode=spec.queue_mode,
-        description=spec.description,
+        docstring=literals.docstring(
+            spec.description,
+            indent=0,
+            lead=f'Typed definition of flow "{spec.slug}" (queue mode: {spec.queue_mode}).',
+        )
+        or "",
         package=package,
         steps=tuple(steps),
         decls=_spaced(builder.decls),
@@ -210,21 +227,24 @@ def _element_type(
     spec: model.FlowSpec,
     step: model.StepSpec,
     builder: TypeBuilder,
-    prefixes: list[str],
+    step_names: tuple[names.StepNames, ...],
     index_of: dict[str, int],
+    scopes: dict[str, Scope],
 ) -> str:
-    prefix = prefixes[index_of[step.slug]]
+    """The type of one element of the array a map step maps, resolved in its schema's scope."""
     if step.array is None:
-        schema = spec.input
+        schema, scope = spec.input, scopes[""]
     else:
         source = spec.steps[index_of[step.array]]
-        if source.type == "map":
-            return f"{prefixes[index_of[source.slug]]}ItemOutput"
-        schema = source.output
-    if schema is None or schema.items is None:
+        source_names = step_names[index_of[source.slug]]
+        if source_names.item_output is not None:
+            return source_names.item_output
+        schema, scope = source.output, scopes[source.slug]
+    item = step_names[index_of[step.slug]].item
+    if schema is None or schema.items is None or item is None:
         return "Json"
-    builder.named(f"{prefix}Item", schema.items)
-    return f"{prefix}Item"
+    builder.named(item, schema.items, scope)
+    return item
 
 
 def _declare_deps(
@@ -232,7 +252,7 @@ def _declare_deps(
     name: str,
     dependencies: tuple[str, ...],
     spec: model.FlowSpec,
-    prefixes: list[str],
+    step_names: tuple[names.StepNames, ...],
     index_of: dict[str, int],
 ) -> None:
     builder.declare(
@@ -241,7 +261,7 @@ def _declare_deps(
             tuple(
                 Field(
                     dep,
-                    f"{prefixes[index_of[dep]]}Output",
+                    step_names[index_of[dep]].output,
                     not _skippable(spec.steps[index_of[dep]]),
                 )
                 for dep in dependencies
@@ -251,13 +271,16 @@ def _declare_deps(
 
 
 def _declare_output(
-    builder: TypeBuilder, spec: model.FlowSpec, prefixes: list[str], index_of: dict[str, int]
+    builder: TypeBuilder,
+    spec: model.FlowSpec,
+    step_names: tuple[names.StepNames, ...],
+    index_of: dict[str, int],
 ) -> None:
     has_dependents = {dep for step in spec.steps for dep in _dependencies(step)}
     fields = tuple(
         Field(
             step.slug,
-            f"{prefixes[index]}Output",
+            step_names[index].output,
             not (_may_vanish(step) or _ancestor_cascades(spec, step, index_of)),
         )
         for index, step in enumerate(spec.steps)
@@ -317,28 +340,15 @@ def _step_definition(step: model.StepSpec, dependencies: tuple[str, ...]) -> tup
     if step.when_exhausted != "fail":
         args.append(f"when_exhausted={json.dumps(step.when_exhausted)}")
     if step.if_ is not None:
-        args.append(f"required_input_pattern={_python_value(step.if_)}")
+        args.append(f"required_input_pattern={literals.value(step.if_)}")
     if step.if_not is not None:
-        args.append(f"forbidden_input_pattern={_python_value(step.if_not)}")
+        args.append(f"forbidden_input_pattern={literals.value(step.if_not)}")
     options = [
         f"{key}={value}" for key, value in step.options.model_dump().items() if value is not None
     ]
     if options:
         args.append(f"options=StepOptions({', '.join(options)})")
     return tuple(args)
-
-
-def _python_value(value: Any) -> str:
-    """A JSON value as a Python literal (true/false/null spelled the Python way)."""
-    if isinstance(value, dict):
-        return (
-            "{" + ", ".join(f"{json.dumps(k)}: {_python_value(v)}" for k, v in value.items()) + "}"
-        )
-    if isinstance(value, list):
-        return "[" + ", ".join(_python_value(v) for v in value) + "]"
-    if value is None or isinstance(value, bool):
-        return repr(value)
-    return json.dumps(value)
 
 
 def _decl_text(decl: Decl) -> str:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import keyword
+import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +79,27 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
     for index, step in enumerate(spec.steps):
         yield from _dependency_problems(spec, index, step, index_of, problem)
+        keywords = [part for part in re.split(r"[.:]", step.handler) if keyword.iskeyword(part)]
+        if keywords:
+            yield problem(
+                "invalid_handler_path",
+                f"Invalid handler path {step.handler!r}.",
+                ("steps", index, "handler"),
+                detail=f'"{keywords[0]}" is a Python keyword, so no import can name it.',
+                hint='Write "package.module:function" with names Python can import.',
+                step=index,
+            )
+        for key, pattern in (("if", step.if_), ("if_not", step.if_not)):
+            bad = _non_json(pattern)
+            if bad is not None:
+                yield problem(
+                    "not_json",
+                    f'"{key}" of step "{step.slug}" holds {bad}, which is not a JSON value.',
+                    ("steps", index, key),
+                    hint="Conditions are JSON containment patterns: use objects, arrays, strings,"
+                    " finite numbers, booleans and null.",
+                    step=index,
+                )
         if (step.if_ is None and step.if_not is None) and step.when_unmet is not None:
             yield problem(
                 "when_unmet_without_condition",
@@ -199,10 +223,51 @@ def _dependency_problems(
             )
 
 
+def _non_json(value: Any) -> str | None:
+    """A description of the first value inside `value` that JSON cannot hold, or None."""
+    if isinstance(value, dict):
+        return next((bad for v in value.values() if (bad := _non_json(v)) is not None), None)
+    if isinstance(value, list):
+        return next((bad for v in value if (bad := _non_json(v)) is not None), None)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return None
+    return f"a {type(value).__name__} value"
+
+
+def _cycle(definitions: dict[str, model.TypeSchema], start: str) -> list[str] | None:
+    """A `$ref` path from `start` back to itself through `definitions`, or None."""
+    pending = [(start, [start])]
+    seen: set[str] = set()
+    while pending:
+        key, path = pending.pop()
+        for ref in sorted(definitions[key].referenced_defs()):
+            if ref == start:
+                return [*path, ref]
+            if ref in definitions and ref not in seen:
+                seen.add(ref)
+                pending.append((ref, [*path, ref]))
+    return None
+
+
 def _schema_problems(
     schema: model.TypeSchema, keys: tuple[str | int, ...], problem: Any, step: int | None = None
 ) -> Iterator[Problem]:
     definitions = schema.defs or {}
+    for name in definitions:
+        cycle = _cycle(definitions, name)
+        if cycle is not None:
+            yield problem(
+                "recursive_ref",
+                f'"$defs" entry "{name}" refers to itself: {" -> ".join(cycle)}.',
+                (*keys, "$defs", name),
+                detail="Recursive types are not supported: the generated aliases and TypedDicts"
+                " would refer to themselves.",
+                hint="Describe the nested part without a reference back, or as JSON (no type).",
+                step=step,
+            )
+            break
 
     def walk(node: model.TypeSchema, at: tuple[str | int, ...]) -> Iterator[Problem]:
         if node.ref is not None and node.ref.removeprefix("#/$defs/") not in definitions:

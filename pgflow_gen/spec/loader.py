@@ -88,6 +88,11 @@ def _schema_problem(error: Any, locator: Locator) -> Problem:
         )  # fmt: skip
     if kind == "missing":
         return Problem("missing_key", f'Missing required key "{field}".', location)
+    if kind in ("less_than_equal", "less_than"):
+        return Problem(
+            "out_of_range", f'"{field}" must be at most {ctx.get("le", ctx.get("lt"))}.', location,
+            detail=f"Got {error.get('input')!r}.",
+        )  # fmt: skip
     if kind in ("greater_than_equal", "greater_than"):
         return Problem(
             "out_of_range", f'"{field}" must be at least {ctx.get("ge", ctx.get("gt"))}.', location,

@@ -14,6 +14,9 @@ WhenUnmet = Literal["skip", "skip-cascade", "fail"]
 WhenExhausted = Literal["fail", "skip", "skip-cascade"]
 JsonType = Literal["object", "array", "string", "number", "integer", "boolean", "null"]
 
+REF_PREFIX = "#/$defs/"
+# PostgreSQL `int` columns hold the options.
+MAX_INT = 2_147_483_647
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -38,27 +41,46 @@ class TypeSchema(_Strict):
     defs: dict[str, TypeSchema] | None = Field(default=None, alias="$defs")
     ref: str | None = Field(default=None, alias="$ref", pattern=r"^#/\$defs/[A-Za-z0-9_]+$")
 
+    def referenced_defs(self) -> set[str]:
+        """The `$defs` keys this schema refers to with `$ref`, anywhere inside it (not inside
+        nested `$defs`, which are not a scope of their own)."""
+        found = set()
+        pending = [self]
+        while pending:
+            node = pending.pop()
+            if node.ref is not None:
+                found.add(node.ref.removeprefix(REF_PREFIX))
+            pending += [*(node.properties or {}).values(), *(node.any_of or [])]
+            pending += [
+                child
+                for child in (node.items, node.additional_properties)
+                if isinstance(child, TypeSchema)
+            ]
+        return found
+
 
 class FlowOptions(_Strict):
     """Flow-wide defaults for every step (the values shown are the defaults)."""
 
-    max_attempts: int = Field(default=3, ge=1, description="Attempts per task, the first included.")
+    max_attempts: int = Field(
+        default=3, ge=1, le=MAX_INT, description="Attempts per task, the first included."
+    )
     base_delay: int = Field(
-        default=5, ge=1, description="Retry delay base: base_delay * 2^attempts s."
+        default=5, ge=1, le=MAX_INT, description="Retry delay base: base_delay * 2^attempts s."
     )
     timeout: int = Field(
-        default=60, ge=3, description="Seconds a task may run before it is retried."
+        default=60, ge=3, le=MAX_INT, description="Seconds a task may run before it is retried."
     )
 
 
 class StepOptions(_Strict):
     """Per-step overrides of the flow options."""
 
-    max_attempts: int | None = Field(default=None, ge=1)
-    base_delay: int | None = Field(default=None, ge=1)
-    timeout: int | None = Field(default=None, ge=3)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_INT)
+    base_delay: int | None = Field(default=None, ge=1, le=MAX_INT)
+    timeout: int | None = Field(default=None, ge=3, le=MAX_INT)
     start_delay: int | None = Field(
-        default=None, ge=0, description="Delay of the first attempt, s."
+        default=None, ge=0, le=MAX_INT, description="Delay of the first attempt, s."
     )
 
 
@@ -80,13 +102,13 @@ class StepSpec(_Strict):
 
 
 class StepWorkers(_Strict):
-    max_concurrent: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1, le=MAX_INT)
 
 
 class WorkersSpec(_Strict):
     """Deployment defaults written into the generated worker entry files."""
 
-    max_concurrent: int = Field(default=10, ge=1)
+    max_concurrent: int = Field(default=10, ge=1, le=MAX_INT)
     steps: dict[str, StepWorkers] = Field(default_factory=dict)
 
 

@@ -113,3 +113,49 @@ def test_graph_prints_dot(project: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert out.startswith('digraph "communityThreadsV1" {')
     assert '"listHelpers" -> "thankHelpers";' in out
+
+
+def write_flow(folder: Path, name: str, slug: str) -> None:
+    (folder / name).write_text(f"slug: {slug}\nsteps:\n  - slug: only\n    handler: app.h:only\n")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        ("sameFlow", "SameFlow", 'flow slug ignoring case "sameflow"'),
+        ("fooBar", "foo_bar", 'flow module "foo_bar"'),
+    ],
+)
+def test_validate_and_build_report_flows_that_collide(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    first: str,
+    second: str,
+    shared: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flows").mkdir()
+    write_flow(tmp_path / "flows", "a.yaml", first)
+    write_flow(tmp_path / "flows", "b.yaml", second)
+
+    assert cli.main(["validate", "flows"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (
+        f'flows/b.yaml:1:1: error[name_collision] (slug): Flow "{second}" and flow "{first}"'
+        f" of flows/a.yaml share the {shared}."
+    )
+    assert cli.main(["build", "flows", "--out", "app/pgflow", "--package", "app.pgflow"]) == 2
+    assert "error[name_collision]" in capsys.readouterr().err
+    assert not (tmp_path / "app").exists()
+
+
+def test_a_flow_named_like_a_folder_of_the_output_gets_its_own_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flows").mkdir()
+    write_flow(tmp_path / "flows", "w.yaml", "workers")
+    assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_OK
+    assert (tmp_path / "app" / "pgflow" / "workers_.py").is_file()
+    assert (tmp_path / "app" / "pgflow" / "workers" / "workers_" / "worker.py").is_file()

@@ -256,3 +256,20 @@ def test_errors_render_like_a_compiler() -> None:
 def test_enum_values_must_be_literal_types() -> None:
     problem = only("slug: f\ninput: {enum: [1.5, a]}\n")
     assert (problem.code, problem.location.path) == ("unsupported_literal", "input.enum")
+
+
+def test_options_must_fit_the_engines_integer_columns() -> None:
+    [problem] = problems_of(
+        """\
+        slug: a
+        steps:
+          - slug: b
+            handler: app.h:b
+            options: {timeout: 99999999999}
+        """
+    )
+    assert (problem.code, problem.message, problem.detail) == (
+        "out_of_range",
+        '"timeout" must be at most 2147483647.',
+        "Got 99999999999.",
+    )

@@ -1,0 +1,84 @@
+"""Problems only the generator can see: two slugs that derive one generated name, within a flow
+(`fooBar` and `foo_bar` both give `FooBarOutput`) or across the flows of one build (`sameFlow`
+and `SameFlow`). `pgflow-gen validate` reports them too, so validate accepts exactly the specs
+that build accepts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgflow_gen.codegen import names, views
+from pgflow_gen.spec import model
+from pgflow_gen.spec.locate import Locator
+from pgflow_gen.spec.problems import Problem
+
+CODE = "name_collision"
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A valid spec, the path it was read from and its name in messages and headers."""
+
+    path: Path
+    source: str
+    spec: model.FlowSpec
+
+
+def problems(loaded: Sequence[LoadedSpec]) -> list[Problem]:
+    found = [p for item in loaded for p in _within_flow(item)]
+    return found + list(_across_flows(loaded))
+
+
+def _locator(item: LoadedSpec) -> Locator:
+    return Locator(item.source, item.path.read_text(encoding="utf-8"))
+
+
+def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
+    spec = item.spec
+    _, step_names = views.flow_names(spec)
+    clashes = names.collisions(step_names, step_modules=spec.queue_mode == "step")
+    if not clashes:
+        return
+    locator = _locator(item)
+    for clash in clashes:
+        first, second = spec.steps[clash.first], spec.steps[clash.second]
+        yield Problem(
+            CODE,
+            f'Steps "{first.slug}" (step {clash.first}) and "{second.slug}" (step'
+            f' {clash.second}) both generate the {clash.kind} name "{clash.name}".',
+            locator.at(("steps", clash.second, "slug")),
+            detail="Generated names come from the slugs: types from the PascalCase form"
+            f' ("{names.pascal_case(second.slug)}..."), worker modules from the snake_case form'
+            f' ("{names.snake_case(second.slug)}").',
+            hint="Rename one of the steps so that their PascalCase and snake_case forms differ.",
+            flow_slug=spec.slug,
+            step_slug=second.slug,
+            step_index=clash.second,
+        )
+
+
+def _across_flows(loaded: Sequence[LoadedSpec]) -> Iterator[Problem]:
+    seen: dict[tuple[str, str], LoadedSpec] = {}
+    for item in loaded:
+        slug = item.spec.slug
+        keys = [
+            ("flow slug ignoring case", slug.lower()),
+            ("flow module", names.flow_module(slug)),
+        ]
+        for kind, key in keys:
+            first = seen.setdefault((kind, key), item)
+            if first is item:
+                continue
+            yield Problem(
+                CODE,
+                f'Flow "{slug}" and flow "{first.spec.slug}" of {first.source} share the'
+                f' {kind} "{key}".',
+                _locator(item).at(("slug",)),
+                detail="Flow slugs are unique ignoring case across a database, and every flow"
+                " of a build gets a module named after the snake_case form of its slug.",
+                hint="Give every concrete flow its own slug.",
+                flow_slug=slug,
+            )
+            break
