@@ -14,8 +14,6 @@ from pgflow_gen.spec import model
 from pgflow_gen.spec.locate import Locator
 from pgflow_gen.spec.problems import Problem
 
-CODE = "name_collision"
-
 
 @dataclass(frozen=True)
 class LoadedSpec:
@@ -45,7 +43,7 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
     for clash in clashes:
         first, second = spec.steps[clash.first], spec.steps[clash.second]
         yield Problem(
-            CODE,
+            "name_collision",
             f'Steps "{first.slug}" (step {clash.first}) and "{second.slug}" (step'
             f' {clash.second}) both generate the {clash.kind} name "{clash.name}".',
             locator.at(("steps", clash.second, "slug")),
@@ -72,7 +70,7 @@ def _across_flows(loaded: Sequence[LoadedSpec]) -> Iterator[Problem]:
             if first is item:
                 continue
             yield Problem(
-                CODE,
+                "name_collision",
                 f'Flow "{slug}" and flow "{first.spec.slug}" of {first.source} share the'
                 f' {kind} "{key}".',
                 _locator(item).at(("slug",)),
