@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pgflow_gen.errors import ConfigError, DatabaseError, MigrationError, PgflowError
 from pgflow_gen.naming import (
     MAX_PGMQ_QUEUE_NAME_LENGTH,
     DuplicateQueueRouteError,
@@ -15,7 +16,6 @@ from pgflow_gen.naming import (
     is_valid_slug,
     resolve_queue_routes,
 )
-from pgflow_gen.runtime.errors import ConfigError, DatabaseError, MigrationError, PgflowError
 
 __all__ = [
     "MAX_PGMQ_QUEUE_NAME_LENGTH",

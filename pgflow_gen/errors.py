@@ -1,6 +1,7 @@
 """The base of every error pgflow-gen raises on purpose: a message, and optionally a detail and a
 hint, as PostgreSQL reports errors. Spec errors (`naming.FlowSpecError`) and runtime errors
-(`runtime.errors`) build on it."""
+(`runtime.errors`) build on it. The errors the package exports live here, a leaf module, so that
+`import pgflow_gen` loads neither the runtime nor psycopg."""
 
 from __future__ import annotations
 
@@ -30,3 +31,21 @@ class UsageError(PgflowError):
     The CLI exits 2 for it, as for an invalid spec."""
 
     code = "usage_error"
+
+
+class ConfigError(PgflowError):
+    """Invalid configuration: a missing database, a bad option value."""
+
+    code = "config_error"
+
+
+class DatabaseError(PgflowError):
+    """The database could not be reached, started or used."""
+
+    code = "database_error"
+
+
+class MigrationError(PgflowError):
+    """An engine migration could not be applied, or an applied one was changed afterwards."""
+
+    code = "migration_error"

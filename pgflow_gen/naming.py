@@ -160,33 +160,72 @@ def check_flow_slug(flow_slug: str) -> None:
 
 def check_step_slugs(flow_slug: str, step_slugs: Sequence[str]) -> None:
     """Raise for an invalid step slug, or two step slugs that differ only in case."""
+    errors = step_slug_errors(flow_slug, step_slugs)
+    if errors:
+        raise errors[0]
+
+
+def slug_errors(flow_slug: str, step_slugs: Sequence[str]) -> list[FlowSpecError]:
+    """Every broken slug rule of a flow, the flow slug first (the spec validator reports all)."""
+    errors: list[FlowSpecError] = []
+    try:
+        check_flow_slug(flow_slug)
+    except InvalidSlugError as error:
+        errors.append(error)
+    return errors + step_slug_errors(flow_slug, step_slugs)
+
+
+def step_slug_errors(flow_slug: str, step_slugs: Sequence[str]) -> list[FlowSpecError]:
+    """An error for every invalid step slug and every slug that repeats an earlier one."""
+    errors: list[FlowSpecError] = []
     seen: dict[str, tuple[int, str]] = {}
     for index, step_slug in enumerate(step_slugs):
         violation = slug_violation(step_slug)
         if violation is not None:
-            raise InvalidSlugError(
-                f'Invalid step slug "{step_slug}" in flow "{flow_slug}".',
-                detail=f"The slug is invalid: {violation}.",
-                hint=SLUG_HINT,
-                flow_slug=flow_slug,
-                step_slug=step_slug,
-                step_index=index,
+            errors.append(
+                InvalidSlugError(
+                    f'Invalid step slug "{step_slug}" in flow "{flow_slug}".',
+                    detail=f"The slug is invalid: {violation}.",
+                    hint=SLUG_HINT,
+                    flow_slug=flow_slug,
+                    step_slug=step_slug,
+                    step_index=index,
+                )
             )
+            continue
         key = step_slug.lower()
         if key in seen:
             first_index, first = seen[key]
-            raise DuplicateStepSlugError(
-                f'Step slug "{step_slug}" duplicates "{first}" in flow "{flow_slug}".',
-                detail=(
-                    f"Step slugs must be unique ignoring case; steps {first_index} and {index}"
-                    f' both normalize to "{key}".'
-                ),
-                hint="Rename one of the steps.",
-                flow_slug=flow_slug,
-                step_slug=step_slug,
-                step_index=index,
+            errors.append(
+                DuplicateStepSlugError(
+                    f'Step slug "{step_slug}" duplicates "{first}" in flow "{flow_slug}".',
+                    detail=(
+                        f"Step slugs must be unique ignoring case; steps {first_index} and"
+                        f' {index} both normalize to "{key}".'
+                    ),
+                    hint="Rename one of the steps.",
+                    flow_slug=flow_slug,
+                    step_slug=step_slug,
+                    step_index=index,
+                )
             )
+            continue
         seen[key] = (index, step_slug)
+    return errors
+
+
+def default_queue_name(flow_slug: str) -> str:
+    """The queue of every step of a flow-mode flow.
+
+    >>> default_queue_name("communityThreadsV1")
+    'communitythreadsv1'
+    """
+    return flow_slug.lower()
+
+
+def route_map(routes: Sequence[Route]) -> list[dict[str, str]]:
+    """Routes in the JSON form `pgflow.ensure_flow_compiled` takes, in step order."""
+    return [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes]
 
 
 def resolve_queue_routes(
@@ -207,7 +246,7 @@ def resolve_queue_routes(
 
 
 def _flow_mode_routes(flow_slug: str, step_slugs: Sequence[str]) -> tuple[Route, ...]:
-    queue = flow_slug.lower()
+    queue = default_queue_name(flow_slug)
     if len(queue) > MAX_PGMQ_QUEUE_NAME_LENGTH:
         raise FlowQueueNameError(
             f'Flow "{flow_slug}" cannot use its default queue.',

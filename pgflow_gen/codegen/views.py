@@ -39,6 +39,7 @@ class FlowView:
     module: str
     source: str
     queue_mode: str
+    default_queue: str
     docstring: str
     package: str
     steps: tuple[StepView, ...]
@@ -147,16 +148,13 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         base_delay=spec.options.base_delay,
         timeout=spec.options.timeout,
     )
-    route_map = (
-        [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes]
-        if spec.queue_mode == "step"
-        else None
-    )
+    route_map = naming.route_map(routes) if spec.queue_mode == "step" else None
     return FlowView(
         slug=spec.slug,
         module=module,
         source=source,
         queue_mode=spec.queue_mode,
+        default_queue=naming.default_queue_name(spec.slug),
         docstring=literals.docstring(
             spec.description,
             indent=0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgflow_gen.errors import PgflowError
+from pgflow_gen.errors import ConfigError, DatabaseError, MigrationError, PgflowError
 
 __all__ = [
     "ConfigError",
@@ -14,24 +14,6 @@ __all__ = [
     "MigrationError",
     "PgflowError",
 ]
-
-
-class ConfigError(PgflowError):
-    """Invalid configuration: a missing database, a bad option value."""
-
-    code = "config_error"
-
-
-class DatabaseError(PgflowError):
-    """The database could not be reached, started or used."""
-
-    code = "database_error"
-
-
-class MigrationError(PgflowError):
-    """An engine migration could not be applied, or an applied one was changed afterwards."""
-
-    code = "migration_error"
 
 
 class FlowCompilationError(PgflowError):

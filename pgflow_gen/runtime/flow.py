@@ -156,7 +156,7 @@ class StepQueuedFlow(Generic[StepSlugT, InputT, OutputT]):
 
     def route_map(self) -> list[dict[str, str]]:
         """The route map for `pgflow.ensure_flow_compiled`, in step order."""
-        return [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in self.routes]
+        return naming.route_map(self.routes)
 
 
 def with_step_queues(

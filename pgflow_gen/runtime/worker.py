@@ -200,10 +200,10 @@ def _plain_assignment(
     return Assignment(
         flow=flow,
         queue_mode="flow",
-        queue_name=flow.slug.lower(),
+        queue_name=naming.default_queue_name(flow.slug),
         step_slug=None,
         handlers={slug: fn for slug, fn in given.items() if callable(fn)},
-        route_map=tuple({"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes),
+        route_map=tuple(naming.route_map(routes)),
     )
 
 

@@ -44,37 +44,18 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
             step_index=step,
         )
 
-    slugs_ok = True
-    violation = naming.slug_violation(spec.slug)
-    if violation is not None:
-        slugs_ok = False
+    # The slug rules and their texts belong to `naming` (and its SQL twin).
+    slug_errors = naming.slug_errors(spec.slug, [s.slug for s in spec.steps])
+    for error in slug_errors:
         yield problem(
-            "invalid_slug", f'Invalid flow slug "{spec.slug}".', ("slug",),
-            detail=f"The slug is invalid: {violation}.", hint=naming.SLUG_HINT,
-        )  # fmt: skip
-
-    seen: dict[str, int] = {}
-    for index, step in enumerate(spec.steps):
-        violation = naming.slug_violation(step.slug)
-        if violation is not None:
-            slugs_ok = False
-            yield problem(
-                "invalid_slug", f'Invalid step slug "{step.slug}".', ("steps", index, "slug"),
-                detail=f"The slug is invalid: {violation}.", hint=naming.SLUG_HINT, step=index,
-            )  # fmt: skip
-        first = seen.get(step.slug.lower())
-        if first is not None:
-            slugs_ok = False
-            yield problem(
-                "duplicate_step_slug",
-                f'Step slug "{step.slug}" duplicates "{spec.steps[first].slug}" (step {first}).',
-                ("steps", index, "slug"),
-                detail="Step slugs must be unique ignoring case.",
-                hint="Rename one of the steps.",
-                step=index,
-            )
-        else:
-            seen[step.slug.lower()] = index
+            error.code,
+            error.message,
+            ("slug",) if error.step_index is None else ("steps", error.step_index, "slug"),
+            detail=error.detail,
+            hint=error.hint,
+            step=error.step_index,
+        )
+    slugs_ok = not slug_errors
 
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
     for index, step in enumerate(spec.steps):

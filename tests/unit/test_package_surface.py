@@ -1,9 +1,13 @@
-"""The public surface and the import arrows of STYLE.md."""
+"""The public surface and the import arrows of STYLE.md, direct and transitive."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import pgflow_gen
 
@@ -19,8 +23,19 @@ FORBIDDEN = {
     ),
     "pgflow_gen.runtime": ("pgflow_gen.spec", "pgflow_gen.codegen", "pgflow_gen.cli", "jinja2"),
     "pgflow_gen.spec": ("pgflow_gen.codegen", "pgflow_gen.runtime", "pgflow_gen.cli"),
-    "pgflow_gen.codegen": ("pgflow_gen.runtime", "pgflow_gen.cli"),
+    "pgflow_gen.codegen": ("pgflow_gen.runtime", "pgflow_gen.cli", "psycopg"),
+    "pgflow_gen.errors": ("pgflow_gen.runtime", "pgflow_gen.spec", "pgflow_gen.codegen", "psycopg"),
 }
+# `import pgflow_gen` stays light: no runtime, no database driver, no template engine.
+FORBIDDEN_FOR_PACKAGE_ROOT = ("pgflow_gen.runtime", "pgflow_gen.spec", "pgflow_gen.codegen",
+                              "psycopg", "jinja2")  # fmt: skip
+ROOT = PACKAGE.parent
+GENERATED_TREES = [
+    *sorted((ROOT / "tests" / "golden" / "cases").glob("*/expected")),
+    *sorted((ROOT / "examples").glob("*/app/pgflow")),
+    ROOT / "tests" / "e2e" / "project" / "app" / "pgflow",
+    ROOT / "benchmarks" / "project" / "app" / "pgflow",
+]
 
 
 def module_name(path: Path) -> str:
@@ -52,13 +67,85 @@ def test_all_is_sorted_and_complete() -> None:
         assert hasattr(pgflow_gen, name), name
 
 
-def test_imports_point_down() -> None:
+def import_graph() -> dict[str, set[str]]:
+    """Each package module -> what it imports: package modules (a package also imports its
+    `__init__`, as Python runs it first) and other top-level names."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for imported in imports_of(path):
+            if imported.startswith("pgflow_gen"):
+                # `from pgflow_gen.codegen import names` names a module or an attribute.
+                parts = imported.split(".")
+                while parts and ".".join(parts) not in modules:
+                    parts.pop()
+                for end in range(1, len(parts) + 1):
+                    edges.add(".".join(parts[:end]))
+            else:
+                edges.add(imported.split(".")[0])
+        parents = name.split(".")[:-1]
+        edges.update(".".join(parents[:end]) for end in range(1, len(parents) + 1))
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    pending = [start]
+    while pending:
+        for imported in graph.get(pending.pop(), set()):
+            if imported not in seen:
+                seen.add(imported)
+                pending.append(imported)
+    return seen
+
+
+def test_imports_point_down_transitively() -> None:
+    graph = import_graph()
     violations = []
-    for path in PACKAGE.rglob("*.py"):
-        name = module_name(path)
+    for name in sorted(graph):
+        reached = closure(graph, name)
         for owner, forbidden in FORBIDDEN.items():
             if name == owner or name.startswith(owner + "."):
-                for imported in imports_of(path):
-                    if imported.startswith(forbidden):
-                        violations.append(f"{name} imports {imported}")
+                violations += [
+                    f"{name} reaches {m}" for m in sorted(reached) if m.startswith(forbidden)
+                ]
     assert violations == []
+
+
+def test_the_graph_sees_transitive_imports() -> None:
+    reached = closure(import_graph(), "pgflow_gen.cli")
+    assert {"pgflow_gen.runtime.embedded", "psycopg", "jinja2", "pgflow_gen.naming"} <= reached
+
+
+@pytest.mark.parametrize(
+    "module", ["pgflow_gen", "pgflow_gen.codegen.build", "pgflow_gen.spec.loader"]
+)
+def test_importing_the_generator_loads_no_database_driver(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        "heavy = ('psycopg', 'pgflow_gen.runtime')\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(heavy))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert loaded == []
+
+
+def test_the_package_root_is_light() -> None:
+    reached = closure(import_graph(), "pgflow_gen")
+    assert sorted(m for m in reached if m.startswith(FORBIDDEN_FOR_PACKAGE_ROOT)) == []
+
+
+@pytest.mark.parametrize("tree", GENERATED_TREES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_generated_files_import_only_the_runtime(tree: Path) -> None:
+    files = sorted(tree.rglob("*.py"))
+    assert files
+    for path in files:
+        ours = {m for m in imports_of(path) if m.startswith("pgflow_gen")}
+        assert {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in ours} <= {
+            "pgflow_gen.runtime"
+        }, path
