@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,7 @@ import pytest
 from tests.golden.golden import CASES, render_case
 
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir())
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
@@ -29,6 +34,30 @@ def test_there_are_enough_cases() -> None:
     assert len(CASE_DIRS) >= 8
 
 
-def test_output_is_reproducible() -> None:
-    case = CASE_DIRS[0]
-    assert render_case(case) == render_case(case)
+RENDER_ALL = """
+import json, sys
+from tests.golden.golden import CASES, render_case
+cases = sorted(p for p in CASES.iterdir() if p.is_dir())
+json.dump({case.name: render_case(case) for case in cases}, sys.stdout)
+"""
+
+
+def render_in_a_process(hash_seed: str) -> dict[str, object]:
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    result = subprocess.run(
+        [sys.executable, "-c", RENDER_ALL],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rendered: dict[str, object] = json.loads(result.stdout)
+    return rendered
+
+
+def test_output_is_identical_in_processes_with_different_hash_seeds() -> None:
+    first, second = render_in_a_process("1"), render_in_a_process("2")
+    assert set(first) == {case.name for case in CASE_DIRS}
+    assert first == second
+    assert first == {case.name: render_case(case) for case in CASE_DIRS}

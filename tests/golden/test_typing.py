@@ -4,6 +4,7 @@ handlers, and negative snippets that must fail (ignores marked with the expected
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,13 +36,40 @@ def mypy(*args: str, cwd: Path, mypypath: Path | None = None) -> subprocess.Comp
     )
 
 
+def handler_stubs(folder: Path) -> Path:
+    """A module for every handler the golden specs name, each attribute a function that takes
+    and returns anything, so the worker entry files type-check without the users' code."""
+    attributes: dict[str, set[str]] = {}
+    for spec in (case / "flow.yaml" for case in CASES.iterdir() if (case / "expected").is_dir()):
+        for module, attribute in re.findall(r"handler: ([\w.]+):(\w+)", spec.read_text()):
+            attributes.setdefault(module, set()).add(attribute)
+    for module, names in attributes.items():
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            package = folder.joinpath(*parts[:end], "__init__.py")
+            package.parent.mkdir(parents=True, exist_ok=True)
+            package.touch()
+        path = folder.joinpath(*parts[:-1], f"{parts[-1]}.py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        functions = "".join(
+            f"\n\ndef {name}(*args: Any, **kwargs: Any) -> Any: ...\n" for name in sorted(names)
+        )
+        path.write_text(f"from typing import Any\n{functions}")
+    return folder
+
+
 @pytest.fixture(scope="session")
-def golden_flow_modules_result() -> subprocess.CompletedProcess[str]:
-    modules = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/expected/*.py"))
-    assert modules, "no golden flow modules"
+def golden_flow_modules_result(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> subprocess.CompletedProcess[str]:
+    """mypy over every generated Python file of the golden cases: flow modules, packages and
+    worker entry files (against stub handlers)."""
+    files = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/expected/**/*.py"))
+    assert any("/workers/" in f for f in files), "no golden worker entry files"
+    stubs = handler_stubs(tmp_path_factory.mktemp("handlers"))
     return mypy(
-        "--explicit-package-bases", "--namespace-packages", "--config-file", os.devnull, *modules,
-        cwd=ROOT,
+        "--explicit-package-bases", "--namespace-packages", "--config-file", os.devnull, *files,
+        cwd=ROOT, mypypath=stubs,
     )  # fmt: skip
 
 

@@ -8,13 +8,19 @@ import psycopg
 
 QUERIES = {
     "columns": """
-        select table_name, column_name, data_type, is_nullable, column_default, ordinal_position
+        select table_name, column_name, data_type, domain_schema, domain_name, is_nullable,
+          column_default, ordinal_position
         from information_schema.columns where table_schema = 'pgflow'
         order by table_name, ordinal_position""",
+    "domains": """
+        select t.typname, format_type(t.typbasetype, t.typtypmod), t.typnotnull, t.typdefault
+        from pg_type t where t.typnamespace = 'pgflow'::regnamespace and t.typtype = 'd'
+        order by 1""",
     "constraints": """
-        select conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+        select conrelid::regclass::text, contypid::regtype::text, conname,
+          pg_get_constraintdef(oid)
         from pg_constraint where connamespace = 'pgflow'::regnamespace
-        order by 1, 2""",
+        order by 1, 2, 3""",
     "indexes": """
         select tablename, indexname, indexdef from pg_indexes
         where schemaname = 'pgflow' order by 1, 2""",
