@@ -22,7 +22,8 @@ create table pgflow.step_states (
   constraint remaining_deps_is_nonnegative check (remaining_deps >= 0),
   constraint remaining_tasks_is_nonnegative check (remaining_tasks is null or remaining_tasks >= 0),
   constraint output_is_only_on_completed check (output is null or status = 'completed'),
-  constraint skip_reason_is_only_on_skipped check ((status = 'skipped') = (skip_reason is not null))
+  constraint skip_reason_is_only_on_skipped check ((status = 'skipped') = (skip_reason is not null)),
+  constraint initial_tasks_is_known_when_started check (status <> 'started' or initial_tasks is not null)
 ) with (fillfactor = 80);
 
 create index step_states_flow_slug_idx on pgflow.step_states (flow_slug, step_slug);
