@@ -1,5 +1,5 @@
 -- Flow definitions: one row per concrete flow slug, with the flow-wide option defaults.
--- queue_mode "flow" routes every step to the queue lower(flow_slug); "step" gives every step a
+-- queue_mode "flow" routes every step to its default queue (pgflow.default_queue_name); "step" gives every step a
 -- private queue (see pgflow.derive_queue_routes). Slugs are unique ignoring case.
 -- Written by create_flow and ensure_flow_compiled under the flow's advisory lock.
 create table pgflow.flows (

@@ -1,5 +1,5 @@
 -- The one canonical queue resolver: the route of every step, in step order (step_index is the
--- zero-based position in step_slugs). Queue mode "flow" routes every step to lower(flow_slug);
+-- zero-based position in step_slugs). Queue mode "flow" routes every step to its default queue;
 -- "step" uses lower(flow__step) when it fits PGMQ's 47 characters, else lower(flow__<index>), else
 -- rejects the flow. Names are never truncated or hashed. Pure: it raises (SQLSTATE 22023, with the
 -- MESSAGE / DETAIL / HINT texts of pgflow_gen.naming) and writes nothing.
@@ -50,7 +50,7 @@ begin
   end loop;
 
   if queue_mode = 'flow' then
-    v_queue := lower(flow_slug);
+    v_queue := pgflow.default_queue_name(flow_slug);
     if length(v_queue) > c_max then
       raise exception 'Flow "%" cannot use its default queue.', flow_slug
         using errcode = '22023',

@@ -21,7 +21,7 @@ begin
     select f.flow_slug into v_other
     from pgflow.flows as f
     where f.flow_slug <> _preflight_queue_names.flow_slug
-      and ((f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue)
+      and ((f.queue_mode = 'flow' and pgflow.default_queue_name(f.flow_slug) = v_queue)
         or exists (select 1 from pgflow.steps as s where s.flow_slug = f.flow_slug and s.queue_name = v_queue))
     order by f.flow_slug
     limit 1;
@@ -37,7 +37,7 @@ begin
     v_owned := exists (
       select 1 from pgflow.flows as f
       where f.flow_slug = _preflight_queue_names.flow_slug
-        and ((f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue)
+        and ((f.queue_mode = 'flow' and pgflow.default_queue_name(f.flow_slug) = v_queue)
           or exists (select 1 from pgflow.steps as s where s.flow_slug = f.flow_slug and s.queue_name = v_queue))
     );
     if not v_owned then

@@ -1,4 +1,4 @@
--- Defines a flow-mode flow and creates its queue lower(flow_slug). Idempotent: an existing flow is
+-- Defines a flow-mode flow and creates its default queue. Idempotent: an existing flow is
 -- returned as it is, and different options for it are an error, never a silent change. A slug
 -- differing only in case from an existing flow, an existing step-queued flow, or a queue pgflow
 -- does not own is rejected.
@@ -16,7 +16,7 @@ set search_path = ''
 as $$
 declare
   v_flow pgflow.flows;
-  v_queue text := lower(flow_slug);
+  v_queue text := pgflow.default_queue_name(flow_slug);
 begin
   -- GUARD: the slug rules and the default queue's length, with the resolver's errors.
   perform from pgflow.derive_queue_routes(flow_slug, '{}', 'flow');

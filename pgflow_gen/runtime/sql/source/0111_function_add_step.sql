@@ -1,5 +1,5 @@
--- Appends a step to a flow-mode flow (its step_index is the next one, its route the flow's queue
--- lower(flow_slug)) with its dependency edges. Idempotent: re-adding an identical step returns it;
+-- Appends a step to a flow-mode flow (its step_index is the next one, its route the flow's
+-- default queue) with its dependency edges. Idempotent: re-adding an identical step returns it;
 -- any difference is an error. Step-queued flows are refused: they are defined only as a whole, by
 -- ensure_flow_compiled. Takes the flow's definition lock.
 create function pgflow.add_step(
@@ -40,7 +40,8 @@ begin
 
   return pgflow._insert_step(
     flow_slug, step_slug, deps_slugs, max_attempts, base_delay, timeout, start_delay, step_type,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, lower(flow_slug)
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted,
+    pgflow.default_queue_name(flow_slug)
   );
 end;
 $$;

@@ -1,5 +1,5 @@
 -- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
--- and drops the queues its queue mode owns: the steps' routes, plus lower(flow_slug) in flow mode
+-- and drops the queues its queue mode owns: the steps' routes, plus the default queue in flow mode
 -- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
 -- under the spelling PGMQ lists for it (two spellings are refused as ambiguous), and kept while
 -- another flow still routes to it.
@@ -27,7 +27,7 @@ begin
   v_queues := array(
     select s.queue_name from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug
     union
-    select lower(delete_flow_and_data.flow_slug) where v_mode = 'flow'
+    select pgflow.default_queue_name(delete_flow_and_data.flow_slug) where v_mode = 'flow'
   );
 
   -- Same lock order as the task callbacks: runs first (in key order), then their rows.
@@ -60,7 +60,7 @@ begin
 
   foreach v_queue in array v_queues loop
     continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
-      or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and lower(f.flow_slug) = v_queue);
+      or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and pgflow.default_queue_name(f.flow_slug) = v_queue);
     v_listed := array(select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue);
     if cardinality(v_listed) > 1 then
       -- PGMQ names a queue's tables in lowercase: these spellings are one physical queue.

@@ -78,7 +78,7 @@ begin
   if coalesce(current_setting('pgflow.local', true), '') = 'on' then
     -- The new queues must be free before the old definition goes (its own queues count as free).
     perform pgflow._preflight_queue_names(flow_slug,
-      case when queue_mode = 'flow' then array[lower(flow_slug)] else v_queues end);
+      case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
     perform pgflow.delete_flow_and_data(flow_slug);
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,

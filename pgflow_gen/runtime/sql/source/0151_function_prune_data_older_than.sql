@@ -1,6 +1,6 @@
 -- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
 -- states and tasks, workers silent for longer than retention, and archived messages older than
--- retention in every queue a flow owns (its steps' routes, plus lower(flow_slug) for a flow-mode
+-- retention in every queue a flow owns (its steps' routes, plus the default queue of a flow-mode
 -- flow), found by their canonical archive table names without listing queues. Running runs are
 -- never touched, whatever their age.
 create function pgflow.prune_data_older_than(retention interval)
@@ -47,7 +47,7 @@ begin
   for v_queue in
     select s.queue_name from pgflow.steps as s
     union
-    select lower(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
+    select pgflow.default_queue_name(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
   loop
     continue when to_regclass(format('pgmq.%I', 'a_' || v_queue)) is null;
     execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
