@@ -65,18 +65,61 @@ def load_text(text: str, file: str) -> model.FlowSpec:
                 )
             ]
         )
+    data = plain(data)
     try:
-        spec = model.FlowSpec.model_validate(plain(data))
+        spec = model.FlowSpec.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise SpecErrors([_schema_problem(error, locator) for error in exc.errors()]) from exc
+        raise SpecErrors(_schema_problems(exc.errors(), data, locator)) from exc
     problems = checks.check(spec, locator)
     if problems:
         raise SpecErrors(problems)
     return spec
 
 
-def _schema_problem(error: Any, locator: Locator) -> Problem:
-    keys = tuple(k for k in error["loc"] if isinstance(k, str | int))
+def _schema_problems(errors: list[Any], data: Any, locator: Locator) -> list[Problem]:
+    """One problem per place: the errors pydantic reports for each member of a union (`type:
+    []` is neither a type name nor a non-empty list) become one."""
+    grouped: dict[tuple[str | int, ...], list[Any]] = {}
+    for error in errors:
+        grouped.setdefault(_data_keys(error, data), []).append(error)
+    problems = []
+    for keys, found in grouped.items():
+        if len(found) == 1:
+            problems.append(_schema_problem(found[0], keys, locator))
+            continue
+        field = str(keys[-1]) if keys else "spec"
+        reasons = dict.fromkeys(str(error["msg"]) for error in found)
+        problems.append(
+            Problem(
+                "invalid_value",
+                f'Invalid value {found[0].get("input")!r} for "{field}".',
+                locator.at(keys),
+                hint=f"{'; or '.join(reasons)}.",
+            )
+        )
+    return problems
+
+
+def _data_keys(error: Any, data: Any) -> tuple[str | int, ...]:
+    """The path of an error in the spec's data, without the names pydantic gives the members of
+    a union (they are no keys of the file); a missing key keeps its name."""
+    keys: list[str | int] = []
+    node = data
+    loc = [k for k in error["loc"] if isinstance(k, str | int)]
+    for position, key in enumerate(loc):
+        if (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
+        ):
+            node = node[key]
+        elif error["type"] == "missing" and position == len(loc) - 1:
+            pass
+        else:
+            continue
+        keys.append(key)
+    return tuple(keys)
+
+
+def _schema_problem(error: Any, keys: tuple[str | int, ...], locator: Locator) -> Problem:
     location = locator.at(keys)
     kind = error["type"]
     field = str(keys[-1]) if keys else "spec"

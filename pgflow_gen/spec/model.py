@@ -6,7 +6,7 @@ Semantic rules that need the whole flow (dependency order, map rules, routes) li
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +27,7 @@ class _Strict(BaseModel):
 class TypeSchema(_Strict):
     """The JSON Schema subset that describes run inputs and step outputs."""
 
-    type: JsonType | list[JsonType] | None = None
+    type: JsonType | Annotated[list[JsonType], Field(min_length=1)] | None = None
     description: str | None = None
     properties: dict[str, TypeSchema] | None = None
     required: list[str] | None = None

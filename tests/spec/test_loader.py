@@ -273,3 +273,14 @@ def test_options_must_fit_the_engines_integer_columns() -> None:
         '"timeout" must be at most 2147483647.',
         "Got 99999999999.",
     )
+
+
+def test_an_empty_type_list_is_a_located_error() -> None:
+    [problem] = problems_of(
+        """\
+        slug: a
+        input: {type: []}
+        steps: []
+        """
+    )
+    assert (problem.code, problem.location.path) == ("invalid_value", "input.type")
