@@ -107,16 +107,21 @@ def _data_keys(error: Any, data: Any) -> tuple[str | int, ...]:
     node = data
     loc = [k for k in error["loc"] if isinstance(k, str | int)]
     for position, key in enumerate(loc):
-        if (isinstance(node, dict) and key in node) or (
-            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
-        ):
-            node = node[key]
-        elif error["type"] == "missing" and position == len(loc) - 1:
-            pass
-        else:
+        found, child = _child(node, key)
+        if found:
+            node = child
+        elif not (error["type"] == "missing" and position == len(loc) - 1):
             continue
         keys.append(key)
     return tuple(keys)
+
+
+def _child(node: Any, key: str | int) -> tuple[bool, Any]:
+    if isinstance(node, dict) and key in node:
+        return True, node[key]
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return True, node[key]
+    return False, None
 
 
 def _schema_problem(error: Any, keys: tuple[str | int, ...], locator: Locator) -> Problem:
