@@ -51,6 +51,27 @@ FIXED_NAMES = (
 )
 
 
+# Names a worker entry file binds after importing the handler modules: a handler package of the
+# same name would be shadowed, so its module is imported under an alias instead.
+ENTRY_FILE_NAMES = frozenset(
+    {"FLOW", "STEP_QUEUED_FLOW", "Handlers", "HANDLER", "HANDLERS", "start_worker", "sys"}
+)
+
+
+def handler_imports(modules: Sequence[str], taken: Iterable[str]) -> dict[str, str]:
+    """How a worker entry file refers to each handler module: by its dotted path, or by an alias
+    (`_handlers_0`) when its top-level package has a name the file binds (`taken`).
+
+    >>> handler_imports(["app.handlers", "start_worker.jobs"], {"start_worker"})
+    {'app.handlers': 'app.handlers', 'start_worker.jobs': '_handlers_1'}
+    """
+    clashing = set(taken) | ENTRY_FILE_NAMES
+    return {
+        module: f"_handlers_{index}" if module.split(".")[0] in clashing else module
+        for index, module in enumerate(sorted(set(modules)))
+    }
+
+
 def snake_case(slug: str) -> str:
     """`communityThreadsV1` -> `community_threads_v1`; a Python keyword gets a trailing `_`.
 

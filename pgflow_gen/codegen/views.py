@@ -19,6 +19,7 @@ class StepView:
     slug: str
     module: str
     handler_module: str
+    handler_reference: str
     handler_attr: str
     output_name: str
     handler_name: str
@@ -30,7 +31,14 @@ class StepView:
 
     @property
     def handler_expression(self) -> str:
-        return f"{self.handler_module}.{self.handler_attr}"
+        return f"{self.handler_reference}.{self.handler_attr}"
+
+    @property
+    def handler_import(self) -> str:
+        alias = self.handler_reference
+        return f"import {self.handler_module}" + (
+            "" if alias == self.handler_module else f" as {alias}"
+        )
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,8 @@ class FlowView:
     route_map_json: str | None
 
     @property
-    def handler_modules(self) -> tuple[str, ...]:
-        return tuple(sorted({step.handler_module for step in self.steps}))
+    def handler_imports(self) -> tuple[str, ...]:
+        return tuple(sorted({step.handler_import for step in self.steps}))
 
 
 def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
@@ -87,6 +95,16 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             scopes[step.slug] = builder.named(step_name.output, step.output)
 
     routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
+    handler_modules = [step.handler.partition(":")[0] for step in spec.steps]
+    # Step mode: one handler per file; flow mode: every handler in one file.
+    references = {
+        step.slug: (
+            names.handler_imports(handler_modules, [])
+            if spec.queue_mode == "flow"
+            else names.handler_imports([module], [step_name.handler])
+        )[module]
+        for step, step_name, module in zip(spec.steps, step_names, handler_modules, strict=True)
+    }
     steps = []
     for step, step_name, route in zip(spec.steps, step_names, routes, strict=True):
         dependencies = _dependencies(step)
@@ -105,6 +123,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                 slug=step.slug,
                 module=step_name.module,
                 handler_module=module_name,
+                handler_reference=references[step.slug],
                 handler_attr=attr,
                 output_name=output,
                 handler_name=step_name.handler,
@@ -127,8 +146,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     if any(isinstance(decl, AliasDecl) for decl in builder.decls):
         typing_imports.append("TypeAlias")
     if not spec.steps:
-        typing_imports.remove("Literal")
         typing_imports.append("Never")
+        if "Literal[" not in used:
+            typing_imports.remove("Literal")
     if "NotRequired[" in used:
         typing_imports.append("NotRequired")
     runtime_imports = ["Flow", "FlowOptions", "TypedDict"]
