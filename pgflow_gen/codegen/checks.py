@@ -33,9 +33,45 @@ def _locator(item: LoadedSpec) -> Locator:
     return Locator(item.source, item.path.read_text(encoding="utf-8"))
 
 
+def _too_long(
+    what: str, name: str, keys: tuple[str | int, ...], item: LoadedSpec, step: int | None
+) -> Problem:
+    return Problem(
+        "name_too_long",
+        f'{what} gives the generated name "{name}" of {len(name)} characters;'
+        f" at most {names.MAX_NAME_LENGTH} are allowed.",
+        _locator(item).at(keys),
+        detail="Generated names must fit the line length wherever they appear.",
+        hint="Shorten the slug.",
+        flow_slug=item.spec.slug,
+        step_slug=None if step is None else item.spec.steps[step].slug,
+        step_index=step,
+    )
+
+
 def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
     spec = item.spec
-    _, step_names = views.flow_names(spec)
+    module, step_names = views.flow_names(spec)
+    if len(module) > names.MAX_NAME_LENGTH:
+        yield _too_long(f'Flow slug "{spec.slug}"', module, ("slug",), item, None)
+    for step in step_names:
+        longest = step.longest()
+        if len(longest) > names.MAX_NAME_LENGTH:
+            keys = ("steps", step.index, "slug")
+            yield _too_long(f'Step slug "{step.slug}"', longest, keys, item, step.index)
+    for index, step_spec in enumerate(spec.steps):
+        if len(step_spec.handler) > names.MAX_HANDLER_LENGTH:
+            yield Problem(
+                "name_too_long",
+                f"The handler path {step_spec.handler!r} has {len(step_spec.handler)} characters;"
+                f" at most {names.MAX_HANDLER_LENGTH} are allowed.",
+                _locator(item).at(("steps", index, "handler")),
+                detail="The worker entry file imports it on one line.",
+                hint="Shorten the module path, or re-export the function from a shorter module.",
+                flow_slug=spec.slug,
+                step_slug=step_spec.slug,
+                step_index=index,
+            )
     clashes = names.collisions(step_names, step_modules=spec.queue_mode == "step")
     if not clashes:
         return

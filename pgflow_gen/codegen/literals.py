@@ -8,36 +8,50 @@ import re
 import unicodedata
 from typing import Any
 
+from pgflow_gen.codegen import layout
+
 LINE_LENGTH = 100
 _QUOTE_RUN = re.compile(r'"(?=")')
+
+
+def string(text: str) -> str:
+    """A Python string literal in the quotes `ruff format` picks: double, unless the text holds
+    more double quotes than single ones (`'say "hi"'`)."""
+    double = json.dumps(text)  # escapes backslashes, quotes, control and non-ASCII characters
+    if text.count('"') <= text.count("'"):
+        return double
+    return "'" + double[1:-1].replace('\\"', '"').replace("'", "\\'") + "'"
 
 
 def literal(value: Any) -> str:
     """A `Literal[...]` member: a string, an integer, a boolean or None.
 
-    >>> literal("a\\"b"), literal(3), literal(True), literal(None)
-    ('"a\\\\"b"', '3', 'True', 'None')
+    >>> literal("a"), literal(3), literal(True), literal(None)
+    ('"a"', '3', 'True', 'None')
     """
     if isinstance(value, str):
-        return json.dumps(value)
+        return string(value)
     if value is None or isinstance(value, bool | int):
         return repr(value)
     raise ValueError(f"Literal values must be strings, integers, booleans or null, got {value!r}")
 
 
-def value(data: Any) -> str:
-    """A JSON value as a Python literal (true/false/null spelled the Python way).
+def value(data: Any) -> layout.Expr:
+    """A JSON value as a Python expression (true/false/null spelled the Python way).
 
-    >>> value({"a": [True, None, 1.5, "x"]})
+    >>> layout.flat(value({"a": [True, None, 1.5, "x"]}))
     '{"a": [True, None, 1.5, "x"]}'
     """
     if isinstance(data, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {value(v)}" for k, v in data.items()) + "}"
+        entries = tuple(layout.Pair(string(k), ": ", value(v)) for k, v in data.items())
+        return layout.Group("", "{", "}", entries)
     if isinstance(data, list):
-        return "[" + ", ".join(value(v) for v in data) + "]"
+        return layout.Group("", "[", "]", tuple(value(v) for v in data))
+    if isinstance(data, str):
+        return layout.Atom(string(data))
     if data is None or isinstance(data, bool):
-        return repr(data)
-    return json.dumps(data, allow_nan=False)
+        return layout.Atom(repr(data))
+    return layout.Atom(json.dumps(data, allow_nan=False))
 
 
 def docstring(text: str | None, *, indent: int, lead: str | None = None) -> str | None:

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
+# Longer names would not fit the line length in every place they appear (a spec problem for
+# contract names; nested names are shortened).
+MAX_NAME_LENGTH = 64
+# A handler path ("package.module:function") stands on one line of a worker entry file.
+MAX_HANDLER_LENGTH = 76
 # Module names of the output folder that a flow module must not take.
 RESERVED_MODULES = frozenset({"workers", "migrations"})
 # Names every flow module defines or imports besides its types.
@@ -132,6 +137,9 @@ class StepNames:
         found = (self.output, self.handler, self.deps, self.item, self.item_output)
         return tuple(name for name in found if name is not None)
 
+    def longest(self) -> str:
+        return max((*self.types(), self.module), key=len)
+
 
 def step_names(slug: str, index: int, *, is_map: bool, has_dependencies: bool) -> StepNames:
     prefix = pascal_case(slug)
@@ -187,6 +195,7 @@ class NameAllocator:
         return name
 
     def nested(self, wanted: str) -> str:
+        wanted = wanted[: MAX_NAME_LENGTH - 4]  # room for a number
         name, number = wanted, 1
         while name in self._taken or name in self._reserved:
             number += 1

@@ -5,29 +5,56 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgflow_gen.codegen import literals, names
+from pgflow_gen.codegen import layout, literals, names
+from pgflow_gen.codegen.layout import Atom, Expr, Group, Pair
 from pgflow_gen.codegen.names import NameAllocator
 from pgflow_gen.spec import model
 
-JSON = "Json"
+JSON = Atom("Json")
 _SCALARS = {
-    "string": "str",
-    "integer": "int",
-    "number": "float",
-    "boolean": "bool",
-    "null": "None",
+    "string": Atom("str"),
+    "integer": Atom("int"),
+    "number": Atom("float"),
+    "boolean": Atom("bool"),
+    "null": Atom("None"),
 }
 
 
 @dataclass(frozen=True)
 class Field:
     key: str
-    annotation: str
+    annotation: Expr
     required: bool
 
     @property
-    def rendered(self) -> str:
-        return self.annotation if self.required else f"NotRequired[{self.annotation}]"
+    def rendered(self) -> Expr:
+        return self.annotation if self.required else subscript("NotRequired", self.annotation)
+
+    @property
+    def class_line(self) -> str:
+        """`key: annotation` in a class body, laid out over lines when long."""
+        return layout.text(self.rendered, indent=4, prefix=f"{self.key}: ")
+
+    @property
+    def entry_line(self) -> str:
+        """`"key": annotation,` in the functional form's dict."""
+        return layout.text(
+            Pair(literals.string(self.key), ": ", self.rendered), indent=8, suffix=","
+        )
+
+
+def subscript(head: str, *items: Expr) -> Group:
+    return Group(head, "[", "]", items)
+
+
+def union(options: list[Expr]) -> Expr:
+    """`A | B`, flattened and without repeats; one option stands for itself."""
+    flattened: dict[str, Expr] = {}
+    for option in options:
+        for item in option.items if isinstance(option, layout.Union) else (option,):
+            flattened.setdefault(layout.flat(item), item)
+    items = tuple(flattened.values())
+    return items[0] if len(items) == 1 else layout.Union(items)
 
 
 @dataclass(frozen=True)
@@ -49,7 +76,11 @@ class TypedDictDecl:
 @dataclass(frozen=True)
 class AliasDecl:
     name: str
-    annotation: str
+    annotation: Expr
+
+    @property
+    def line(self) -> str:
+        return layout.text(self.annotation, indent=0, prefix=f"{self.name}: TypeAlias = ")
 
 
 Decl = TypedDictDecl | AliasDecl
@@ -112,25 +143,25 @@ class TypeBuilder:
         else:
             self.decls.append(AliasDecl(name, self.expression(schema, name, scope)))
 
-    def expression(self, schema: model.TypeSchema, context: str, scope: Scope) -> str:
+    def expression(self, schema: model.TypeSchema, context: str, scope: Scope) -> Expr:
         """A type expression for `schema`; nested records get TypedDicts named after `context`."""
         if schema.ref is not None:
-            return scope[schema.ref.removeprefix(model.REF_PREFIX)]
+            return Atom(scope[schema.ref.removeprefix(model.REF_PREFIX)])
         if schema.const is not None or "const" in schema.model_fields_set:
             return self._literal([schema.const])
         if schema.enum is not None:
             return self._literal(schema.enum)
         if schema.any_of is not None:
-            options = [
-                self.expression(option, f"{context}Option{i}", scope)
-                for i, option in enumerate(schema.any_of)
-            ]
-            return " | ".join(dict.fromkeys(options))
+            return union(
+                [
+                    self.expression(option, f"{context}Option{i}", scope)
+                    for i, option in enumerate(schema.any_of)
+                ]
+            )
         kinds = schema.type if isinstance(schema.type, list) else [schema.type]
-        rendered = [self._kind(kind, schema, context, scope) for kind in kinds]
-        return " | ".join(dict.fromkeys(rendered))
+        return union([self._kind(kind, schema, context, scope) for kind in kinds])
 
-    def _kind(self, kind: str | None, schema: model.TypeSchema, context: str, scope: Scope) -> str:
+    def _kind(self, kind: str | None, schema: model.TypeSchema, context: str, scope: Scope) -> Expr:
         if kind is None:
             return JSON
         if kind in _SCALARS:
@@ -141,19 +172,19 @@ class TypeBuilder:
                 if schema.items is None
                 else self.expression(schema.items, f"{context}Item", scope)
             )
-            return f"list[{item}]"
+            return subscript("list", item)
         # object
         if _is_record(schema):
             name = self.names.nested(context)
             self._typed_dict(name, schema, scope)
-            return name
+            return Atom(name)
         extra = schema.additional_properties
         value = (
             self.expression(extra, f"{context}Value", scope)
             if isinstance(extra, model.TypeSchema)
             else JSON
         )
-        return f"dict[str, {value}]"
+        return subscript("dict", Atom("str"), value)
 
     def _typed_dict(self, name: str, schema: model.TypeSchema, scope: Scope) -> None:
         required = set(schema.required or [])
@@ -163,8 +194,8 @@ class TypeBuilder:
             fields.append(Field(key, annotation, key in required))
         self.decls.append(TypedDictDecl(name, tuple(fields), schema.description))
 
-    def _literal(self, values: list[Any]) -> str:
-        return f"Literal[{', '.join(literals.literal(v) for v in values)}]"
+    def _literal(self, values: list[Any]) -> Expr:
+        return subscript("Literal", *(Atom(literals.literal(v)) for v in values))
 
 
 def _is_record(schema: model.TypeSchema) -> bool:

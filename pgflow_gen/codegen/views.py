@@ -9,8 +9,16 @@ from typing import Any
 
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
-from pgflow_gen.codegen import literals, names
-from pgflow_gen.codegen.types import AliasDecl, Decl, Field, Scope, TypeBuilder, TypedDictDecl
+from pgflow_gen.codegen import layout, literals, names
+from pgflow_gen.codegen.types import (
+    AliasDecl,
+    Decl,
+    Field,
+    Scope,
+    TypeBuilder,
+    TypedDictDecl,
+    subscript,
+)
 from pgflow_gen.spec import model
 
 
@@ -25,13 +33,24 @@ class StepView:
     handler_name: str
     first_param: str
     input_annotation: str
-    definition_args: tuple[str, ...]
+    definition_args: tuple[layout.Expr, ...]
     queue_name: str
     max_concurrent: int
 
     @property
     def handler_expression(self) -> str:
         return f"{self.handler_reference}.{self.handler_attr}"
+
+    @property
+    def definition_lines(self) -> tuple[str, ...]:
+        """The keyword arguments of this step's `Step(...)` call, laid out one per line."""
+        return tuple(layout.text(arg, indent=12, suffix=",") for arg in self.definition_args)
+
+    @property
+    def handler_entry(self) -> str:
+        """`"slug": module.function,` in a flow-mode worker's HANDLERS."""
+        entry = layout.Pair(literals.string(self.slug), ": ", layout.Atom(self.handler_expression))
+        return layout.text(entry, indent=4, suffix=",")
 
     @property
     def handler_import(self) -> str:
@@ -90,7 +109,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     for step, step_name in zip(spec.steps, step_names, strict=True):
         if step_name.item_output is not None:
             scopes[step.slug] = builder.named(step_name.item_output, step.output)
-            builder.declare(AliasDecl(step_name.output, f"list[{step_name.item_output}]"))
+            builder.declare(
+                AliasDecl(step_name.output, subscript("list", layout.Atom(step_name.item_output)))
+            )
         else:
             scopes[step.slug] = builder.named(step_name.output, step.output)
 
@@ -137,8 +158,10 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
 
     _declare_output(builder, spec, step_names, index_of)
 
-    used = " ".join(_decl_text(d) for d in builder.decls) + " ".join(
-        s.input_annotation for s in steps
+    used = (
+        " ".join(_decl_text(d) for d in builder.decls)
+        + " "
+        + " ".join(s.input_annotation for s in steps)
     )
     typing_imports = ["Final", "Literal"]
     if spec.steps:
@@ -156,7 +179,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports += ["Context", "MaybeAwaitable", "Step"]
     if re.search(r"\bJson\b", used):
         runtime_imports.append("Json")
-    if any(arg.startswith("options=") for s in steps for arg in s.definition_args):
+    if any(layout.flat(arg).startswith("options=") for s in steps for arg in s.definition_args):
         runtime_imports.append("StepOptions")
     if spec.queue_mode == "step":
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
@@ -185,7 +208,8 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         steps=tuple(steps),
         decls=_spaced(builder.decls),
         handlers=TypedDictDecl(
-            "Handlers", tuple(Field(view.slug, view.handler_name, True) for view in steps)
+            "Handlers",
+            tuple(Field(view.slug, layout.Atom(view.handler_name), True) for view in steps),
         ),
         typing_imports=tuple(sorted(typing_imports)),
         runtime_imports=tuple(_isort_names(runtime_imports)),
@@ -279,7 +303,7 @@ def _declare_deps(
             tuple(
                 Field(
                     dep,
-                    step_names[index_of[dep]].output,
+                    layout.Atom(step_names[index_of[dep]].output),
                     not _skippable(spec.steps[index_of[dep]]),
                 )
                 for dep in dependencies
@@ -298,7 +322,7 @@ def _declare_output(
     fields = tuple(
         Field(
             step.slug,
-            step_names[index].output,
+            layout.Atom(step_names[index].output),
             not (_may_vanish(step) or _ancestor_cascades(spec, step, index_of)),
         )
         for index, step in enumerate(spec.steps)
@@ -344,35 +368,46 @@ def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str
     )
 
 
-def _step_definition(step: model.StepSpec, dependencies: tuple[str, ...]) -> tuple[str, ...]:
-    """The keyword arguments of this step's `Step(...)` call, one per line in the output."""
-    args = [f"slug={json.dumps(step.slug)}"]
+def _step_definition(
+    step: model.StepSpec, dependencies: tuple[str, ...]
+) -> tuple[layout.Expr, ...]:
+    """The keyword arguments of this step's `Step(...)` call."""
+
+    def arg(name: str, value: layout.Expr) -> layout.Pair:
+        return layout.Pair(name, "=", value)
+
+    def quoted(text: str) -> layout.Atom:
+        return layout.Atom(literals.string(text))
+
+    args = [arg("slug", quoted(step.slug))]
     if step.type != "single":
-        args.append(f"step_type={json.dumps(step.type)}")
+        args.append(arg("step_type", quoted(step.type)))
     if dependencies:
-        quoted = [json.dumps(d) for d in dependencies]
-        inner = f"{quoted[0]}," if len(quoted) == 1 else ", ".join(quoted)
-        args.append(f"dependencies=({inner})")
+        args.append(
+            arg("dependencies", layout.Group("", "(", ")", tuple(map(quoted, dependencies))))
+        )
     if step.when_unmet not in (None, "skip"):
-        args.append(f"when_unmet={json.dumps(step.when_unmet)}")
+        args.append(arg("when_unmet", quoted(step.when_unmet)))
     if step.when_exhausted != "fail":
-        args.append(f"when_exhausted={json.dumps(step.when_exhausted)}")
+        args.append(arg("when_exhausted", quoted(step.when_exhausted)))
     if step.if_ is not None:
-        args.append(f"required_input_pattern={literals.value(step.if_)}")
+        args.append(arg("required_input_pattern", literals.value(step.if_)))
     if step.if_not is not None:
-        args.append(f"forbidden_input_pattern={literals.value(step.if_not)}")
-    options = [
-        f"{key}={value}" for key, value in step.options.model_dump().items() if value is not None
-    ]
+        args.append(arg("forbidden_input_pattern", literals.value(step.if_not)))
+    options = tuple(
+        arg(key, layout.Atom(str(value)))
+        for key, value in step.options.model_dump().items()
+        if value is not None
+    )
     if options:
-        args.append(f"options=StepOptions({', '.join(options)})")
+        args.append(arg("options", layout.Group("StepOptions", "(", ")", options)))
     return tuple(args)
 
 
 def _decl_text(decl: Decl) -> str:
     if isinstance(decl, AliasDecl):
-        return decl.annotation
-    return " ".join(f.rendered for f in decl.fields)
+        return layout.flat(decl.annotation)
+    return " ".join(layout.flat(f.rendered) for f in decl.fields)
 
 
 def _isort_names(items: list[str]) -> list[str]:
