@@ -51,7 +51,8 @@ def value(data: Any) -> layout.Expr:
         return layout.Atom(string(data))
     if data is None or isinstance(data, bool):
         return layout.Atom(repr(data))
-    return layout.Atom(json.dumps(data, allow_nan=False))
+    # ruff writes exponents without "+" (1e16, not 1e+16).
+    return layout.Atom(json.dumps(data, allow_nan=False).replace("e+", "e"))
 
 
 def docstring(text: str | None, *, indent: int, lead: str | None = None) -> str | None:

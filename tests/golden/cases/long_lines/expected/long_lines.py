@@ -29,6 +29,8 @@ __all__ = [
     "InputDeeplyNestedConfiguration",
     "InputDeeplyNestedConfigurationNotificationPreferences",
     "InputDeeplyNestedConfigurationNotificationPreferencesChannel",
+    "NumbersHandler",
+    "NumbersOutput",
     "Output",
     "StepSlug",
     "start_worker",
@@ -37,6 +39,7 @@ __all__ = [
 StepSlug = Literal[
     "classify",
     "deliverToEveryConfiguredChannel",
+    "numbers",
 ]
 
 
@@ -89,6 +92,8 @@ ClassifyOutput: TypeAlias = dict[str, str | int | list[str]]
 
 DeliverToEveryConfiguredChannelOutput: TypeAlias = Json
 
+NumbersOutput: TypeAlias = Json
+
 
 class DeliverToEveryConfiguredChannelDeps(TypedDict):
     classify: ClassifyOutput
@@ -96,6 +101,7 @@ class DeliverToEveryConfiguredChannelDeps(TypedDict):
 
 class Output(TypedDict):
     deliverToEveryConfiguredChannel: NotRequired[DeliverToEveryConfiguredChannelOutput]
+    numbers: NotRequired[NumbersOutput]
 
 
 class ClassifyHandler(Protocol):
@@ -116,9 +122,19 @@ class DeliverToEveryConfiguredChannelHandler(Protocol):
     ) -> MaybeAwaitable[DeliverToEveryConfiguredChannelOutput]: ...
 
 
+class NumbersHandler(Protocol):
+    def __call__(
+        self,
+        flow_input: Input,
+        ctx: Context[Input],
+        /,
+    ) -> MaybeAwaitable[NumbersOutput]: ...
+
+
 class Handlers(TypedDict):
     classify: ClassifyHandler
     deliverToEveryConfiguredChannel: DeliverToEveryConfiguredChannelHandler
+    numbers: NumbersHandler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
@@ -144,6 +160,15 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             options=StepOptions(
                 max_attempts=2147483647, base_delay=2147483647, timeout=2147483647, start_delay=60
             ),
+        ),
+        Step(
+            slug="numbers",
+            forbidden_input_pattern={
+                "big": 1e16,
+                "small": 2.5e-05,
+                "huge": 10000000000000000000000,
+                "negative": -0.5,
+            },
         ),
     ),
 )

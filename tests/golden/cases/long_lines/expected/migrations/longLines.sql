@@ -53,6 +53,25 @@ declare
       "stepType": "single",
       "whenExhausted": "fail",
       "whenUnmet": "skip-cascade"
+    },
+    {
+      "dependencies": [],
+      "forbiddenInputPattern": {
+        "defined": true,
+        "value": {
+          "big": 1e+16,
+          "huge": 10000000000000000000000,
+          "negative": -0.5,
+          "small": 2.5e-05
+        }
+      },
+      "requiredInputPattern": {
+        "defined": false
+      },
+      "slug": "numbers",
+      "stepType": "single",
+      "whenExhausted": "fail",
+      "whenUnmet": "skip"
     }
   ]
 }'::jsonb,

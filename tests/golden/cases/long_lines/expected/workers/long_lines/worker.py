@@ -20,6 +20,7 @@ from ...long_lines import (
 HANDLERS: Handlers = {
     "classify": app.handlers.classify,
     "deliverToEveryConfiguredChannel": app.handlers.deliver,
+    "numbers": app.handlers.numbers,
 }
 
 if __name__ == "__main__":
