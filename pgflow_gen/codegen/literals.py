@@ -61,14 +61,16 @@ def docstring(text: str | None, *, indent: int, lead: str | None = None) -> str 
 
     `lead` is trusted text (no quotes) that opens the docstring as its own paragraph. In `text`,
     runs of whitespace and control characters become single spaces, paragraphs (separated by a
-    blank line) are kept and wrapped to the line length, and backslashes and the quotes that could
-    meet others are escaped: no spec text can end the string early or leave work for the
-    formatter.
+    blank line) are kept and wrapped to the line length, backslashes and the quotes that could
+    meet others are escaped, and so are non-ASCII characters: no spec text can end the string
+    early or leave work for the formatter or the linter.
     """
     width = LINE_LENGTH - indent - 6  # room for the quotes on both sides of a one-liner
     paragraphs = [] if lead is None else [lead]
     # A backslash starts an escape, and three quotes in a row end the string.
-    escaped = (_QUOTE_RUN.sub('\\\\"', p.replace("\\", "\\\\")) for p in _paragraphs(text or ""))
+    escaped = (
+        _ascii(_QUOTE_RUN.sub('\\\\"', p.replace("\\", "\\\\"))) for p in _paragraphs(text or "")
+    )
     paragraphs += [p for p in escaped if p]
     lines: list[str] = []
     for paragraph in paragraphs:
@@ -84,6 +86,15 @@ def docstring(text: str | None, *, indent: int, lead: str | None = None) -> str 
     pad = " " * indent
     body = "\n".join(f"{pad}{line}" if line else "" for line in lines[1:])
     return f'"""{lines[0]}\n{body}\n{pad}"""'
+
+
+def _ascii(text: str) -> str:
+    """Non-ASCII characters as escapes: ruff flags the ones that look like ASCII (RUF002), and
+    string literals of generated code are ASCII too."""
+    return "".join(
+        c if c.isascii() else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        for c in text
+    )
 
 
 def _ends_with_bare_quote(line: str) -> bool:

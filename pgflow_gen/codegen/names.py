@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -59,7 +60,16 @@ FIXED_NAMES = (
 # Names a worker entry file binds after importing the handler modules: a handler package of the
 # same name would be shadowed, so its module is imported under an alias instead.
 ENTRY_FILE_NAMES = frozenset(
-    {"FLOW", "STEP_QUEUED_FLOW", "Handlers", "HANDLER", "HANDLERS", "start_worker", "sys"}
+    {
+        "FLOW",
+        "STEP_QUEUED_FLOW",
+        "Handlers",
+        "HANDLER",
+        "HANDLERS",
+        "annotations",
+        "start_worker",
+        "sys",
+    }
 )
 
 
@@ -75,6 +85,15 @@ def handler_imports(modules: Sequence[str], taken: Iterable[str]) -> dict[str, s
         module: f"_handlers_{index}" if module.split(".")[0] in clashing else module
         for index, module in enumerate(sorted(set(modules)))
     }
+
+
+def import_order(module: str) -> list[str | int]:
+    """The order isort and ruff give `import` statements: ignoring case, numbers by value.
+
+    >>> sorted(["STEP_QUEUED_FLOW", "handlers", "app.v10", "app.v2"], key=import_order)
+    ['app.v2', 'app.v10', 'handlers', 'STEP_QUEUED_FLOW']
+    """
+    return natural(module.lower())
 
 
 def snake_case(slug: str) -> str:
@@ -98,6 +117,28 @@ def pascal_case(slug: str) -> str:
 
 def is_identifier(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def is_class_key(key: str) -> bool:
+    """Whether `key` can be a field of a class-syntax TypedDict and keep its spelling: Python
+    mangles `__private` names and NFKC-normalizes identifiers (a black-letter H becomes `H`),
+    and ruff flags `l`, `I` and `O` (E741). Other keys take the functional form.
+
+    >>> is_class_key("name"), is_class_key("from"), is_class_key("__x"), is_class_key("l")
+    (True, False, False, False)
+    """
+    return (
+        is_identifier(key)
+        and not key.startswith("__")
+        and unicodedata.normalize("NFKC", key) == key
+        and key not in ("l", "I", "O")
+    )
+
+
+def natural(text: str) -> list[str | int]:
+    """A sort key with numbers compared by value (`a2` before `a10`), as ruff sorts."""
+    parts = re.split(r"(\d+)", text)
+    return [int(part) if index % 2 else part for index, part in enumerate(parts)]
 
 
 def flow_module(flow_slug: str) -> str:

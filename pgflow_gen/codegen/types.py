@@ -53,7 +53,8 @@ def union(options: list[Expr]) -> Expr:
     for option in options:
         for item in option.items if isinstance(option, layout.Union) else (option,):
             flattened.setdefault(layout.flat(item), item)
-    items = tuple(flattened.values())
+    # None goes last, as ruff wants it (RUF036).
+    items = tuple(sorted(flattened.values(), key=lambda item: item == Atom("None")))
     return items[0] if len(items) == 1 else layout.Union(items)
 
 
@@ -69,8 +70,8 @@ class TypedDictDecl:
 
     @property
     def class_syntax(self) -> bool:
-        """Class syntax needs identifier keys; others use the functional form."""
-        return all(names.is_identifier(f.key) for f in self.fields)
+        """Class syntax needs keys that stay as they are; others use the functional form."""
+        return all(names.is_class_key(f.key) for f in self.fields)
 
 
 @dataclass(frozen=True)

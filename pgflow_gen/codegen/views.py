@@ -82,8 +82,16 @@ class FlowView:
     route_map_json: str | None
 
     @property
-    def handler_imports(self) -> tuple[str, ...]:
-        return tuple(sorted({step.handler_import for step in self.steps}))
+    def handler_import_blocks(self) -> tuple[tuple[str, ...], ...]:
+        """The handler imports of a flow-mode worker in ruff's (isort's) sections: other
+        packages first, then those of the package the code is generated into (first-party, as
+        ruff detects them in a project whose generated package sits inside its own)."""
+        top = self.package.split(".")[0]
+        imports = {step.handler_module: step.handler_import for step in self.steps}
+        modules = sorted(imports, key=names.import_order)
+        own = [imports[m] for m in modules if m.split(".")[0] == top]
+        others = [imports[m] for m in modules if m.split(".")[0] != top]
+        return tuple(tuple(block) for block in (others, own) if block)
 
 
 def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
@@ -411,12 +419,12 @@ def _decl_text(decl: Decl) -> str:
 
 
 def _isort_names(items: list[str]) -> list[str]:
-    """The order ruff's isort gives imported names: CONSTANTS, Classes, functions."""
+    """The order ruff gives imported names and `__all__`: CONSTANTS, Classes, functions, each
+    with numbers compared by value."""
 
-    def key(name: str) -> tuple[int, str]:
-        if name.isupper():
-            return (0, name)
-        return (1, name) if name[0].isupper() else (2, name)
+    def key(name: str) -> tuple[int, list[str | int]]:
+        group = 0 if name.isupper() else 1 if name[0].isupper() else 2
+        return (group, names.natural(name))
 
     return sorted(items, key=key)
 

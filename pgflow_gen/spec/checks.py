@@ -263,12 +263,14 @@ def _schema_problems(
             [node.const] if "const" in node.model_fields_set else []
         )
         for value in literals:
-            if not (value is None or isinstance(value, bool | int | str)):
+            too_big = isinstance(value, int) and not -(2**63) <= value < 2**63
+            if too_big or not (value is None or isinstance(value, bool | int | str)):
                 yield problem(
                     "unsupported_literal",
                     f"{value!r} cannot be a Literal value.",
                     (*at, "enum" if value in (node.enum or []) else "const"),
-                    hint="enum and const values must be strings, integers, booleans or null.",
+                    hint="enum and const values must be strings, integers (64-bit),"
+                    " booleans or null.",
                     step=step,
                 )
         for name in node.required or []:
