@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 LINE_LENGTH = 100
 INDENT = 4
+NO_LINE_LENGTH_CHECK = "# noqa: E501"
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,16 @@ def flat(expr: Expr) -> str:
 
 def lines(expr: Expr, *, indent: int, prefix: str = "", suffix: str = "") -> list[str]:
     """`prefix + expr + suffix` at `indent`, where `prefix` ends a statement's left-hand side
-    (`key: `, `Name: TypeAlias = `, `HANDLER = `): parentheses may wrap `expr` there."""
-    return _lines(expr, indent, prefix, suffix, parenthesize=True)
+    (`key: `, `Name: TypeAlias = `, `HANDLER = `): parentheses may wrap `expr` there.
+
+    A line that no split can shorten (a long string of the user's deep inside a condition) is
+    marked `# noqa: E501`, unless it is one word, which ruff lets pass by itself."""
+    return [
+        f"{line}  {NO_LINE_LENGTH_CHECK}"
+        if len(line) > LINE_LENGTH and any(c.isspace() for c in line.strip())
+        else line
+        for line in _lines(expr, indent, prefix, suffix, parenthesize=True)
+    ]
 
 
 def text(expr: Expr, *, indent: int, prefix: str = "", suffix: str = "") -> str:

@@ -21,7 +21,10 @@ NAMES = st.builds(
     st.sampled_from(string.ascii_uppercase),
     st.text(string.ascii_letters, min_size=0, max_size=63),
 )
-STRINGS = st.text(string.ascii_lowercase, max_size=20).map(lambda s: f'"{s}"')
+STRINGS = st.one_of(
+    st.text(string.ascii_lowercase, max_size=20),
+    st.text(string.ascii_lowercase + " ", min_size=60, max_size=110),  # longer than a line
+).map(lambda s: f'"{s}"')
 
 
 def types() -> st.SearchStrategy[Expr]:
@@ -101,6 +104,12 @@ def test_ruff_format_leaves_the_layout_unchanged(
         input=source, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout == source
+    checked = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"),
+         "--select", "E501,RUF100", "--stdin-filename", "generated.py", "-"],
+        input=source, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout
 
 
 def test_a_statement_that_fits_stays_on_one_line() -> None:
