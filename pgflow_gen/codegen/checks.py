@@ -1,7 +1,7 @@
 """Problems only the generator can see: two slugs that derive one generated name, within a flow
 (`fooBar` and `foo_bar` both give `FooBarOutput`) or across the flows of one build (`sameFlow`
-and `SameFlow`). `pgflow-gen validate` reports them too, so validate accepts exactly the specs
-that build accepts."""
+and `SameFlow`), and names or handler paths too long for the generated lines. `pgflow-gen
+validate` reports them too, so validate accepts exactly the specs that build accepts."""
 
 from __future__ import annotations
 
