@@ -365,6 +365,37 @@ def test_generated_trees_pass_mypy_strict(spec: dict[str, Any]) -> None:
         assert checked.returncode == 0, checked.stdout
 
 
+IMPORT_FLOW_MODULES = """
+import importlib, pathlib, sys
+import pydantic
+root = pathlib.Path(sys.argv[1])
+sys.path.insert(0, str(root))
+for path in sorted((root / "app" / "pgflow").glob("*.py")):
+    module = importlib.import_module(f"app.pgflow.{path.stem}")
+    if hasattr(module, "FLOW"):
+        # As the Client validates run inputs; outputs the same way.
+        pydantic.TypeAdapter(module.Input)
+        pydantic.TypeAdapter(module.Output)
+"""
+
+
+@examples(10)
+@given(specs())
+def test_generated_flow_modules_import_and_build_their_types(spec: dict[str, Any]) -> None:
+    """At runtime too: aliases, unions and TypedDicts evaluate, and pydantic builds validators
+    for the input and output types (as the Client does for run inputs)."""
+    with project(dump(spec)) as (root, paths):
+        result = outcome(root, paths)
+        assume(not isinstance(result, SpecErrors))
+        assert not isinstance(result, SpecErrors)
+        write_tree(root, result)
+        imported = subprocess.run(
+            [sys.executable, "-c", IMPORT_FLOW_MODULES, str(root)],
+            cwd=root, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert imported.returncode == 0, imported.stderr
+
+
 BUILD_ALL = """
 import json, sys
 from pathlib import Path
