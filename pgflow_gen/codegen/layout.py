@@ -73,6 +73,21 @@ def flat(expr: Expr) -> str:
     return f"{expr.head}{expr.open}{inner}{expr.close}"
 
 
+def names(expr: Expr) -> set[str]:
+    """The names an expression refers to: atoms that are identifiers and the heads of groups,
+    not the contents of string literals or the keys of pairs.
+
+    >>> sorted(names(Group("Literal", "[", "]", (Atom('"Json"'),))))
+    ['Literal']
+    """
+    if isinstance(expr, Atom):
+        return {expr.text} if expr.text.isidentifier() else set()
+    if isinstance(expr, Pair):
+        return names(expr.value)
+    found = {expr.head} if isinstance(expr, Group) and expr.head else set()
+    return found.union(*(names(item) for item in expr.items))
+
+
 def lines(expr: Expr, *, indent: int, prefix: str = "", suffix: str = "") -> list[str]:
     """`prefix + expr + suffix` at `indent`, where `prefix` ends a statement's left-hand side
     (`key: `, `Name: TypeAlias = `, `HANDLER = `): parentheses may wrap `expr` there.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,11 +165,8 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
 
     _declare_output(builder, spec, step_names, index_of)
 
-    used = (
-        " ".join(_decl_text(d) for d in builder.decls)
-        + " "
-        + " ".join(s.input_annotation for s in steps)
-    )
+    # Names the declarations refer to (not text inside string literals: an enum may hold "Json").
+    used = {s.input_annotation for s in steps}.union(*(_decl_names(d) for d in builder.decls))
     typing_imports = ["Final", "Literal"]
     if spec.steps:
         typing_imports.append("Protocol")
@@ -178,14 +174,14 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         typing_imports.append("TypeAlias")
     if not spec.steps:
         typing_imports.append("Never")
-        if "Literal[" not in used:
+        if "Literal" not in used:
             typing_imports.remove("Literal")
-    if "NotRequired[" in used:
+    if "NotRequired" in used:
         typing_imports.append("NotRequired")
     runtime_imports = ["Flow", "FlowOptions", "TypedDict"]
     if spec.steps:
         runtime_imports += ["Context", "MaybeAwaitable", "Step"]
-    if re.search(r"\bJson\b", used):
+    if "Json" in used:
         runtime_imports.append("Json")
     if any(layout.flat(arg).startswith("options=") for s in steps for arg in s.definition_args):
         runtime_imports.append("StepOptions")
@@ -412,10 +408,10 @@ def _step_definition(
     return tuple(args)
 
 
-def _decl_text(decl: Decl) -> str:
+def _decl_names(decl: Decl) -> set[str]:
     if isinstance(decl, AliasDecl):
-        return layout.flat(decl.annotation)
-    return " ".join(layout.flat(f.rendered) for f in decl.fields)
+        return layout.names(decl.annotation)
+    return set().union(*(layout.names(f.rendered) for f in decl.fields))
 
 
 def _isort_names(items: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ __all__ = [
 
 StepSlug = Never
 
-Input: TypeAlias = Literal["a", "b", None]
+Input: TypeAlias = Literal["a", "b", None, "Json", "NotRequired[x]"]
 
 
 class Output(TypedDict):
