@@ -5,6 +5,7 @@ validate` reports them too, so validate accepts exactly the specs that build acc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +24,15 @@ class LoadedSpec:
     source: str
     spec: model.FlowSpec
 
+    @functools.cached_property
+    def locator(self) -> Locator:
+        """Positions in the file, read once and only when a problem needs one."""
+        return Locator(self.source, self.path.read_text(encoding="utf-8"))
+
 
 def problems(loaded: Sequence[LoadedSpec]) -> list[Problem]:
     found = [p for item in loaded for p in _within_flow(item)]
     return found + list(_across_flows(loaded))
-
-
-def _locator(item: LoadedSpec) -> Locator:
-    return Locator(item.source, item.path.read_text(encoding="utf-8"))
 
 
 def _too_long(
@@ -40,7 +42,7 @@ def _too_long(
         "name_too_long",
         f'{what} gives the generated name "{name}" of {len(name)} characters;'
         f" at most {names.MAX_NAME_LENGTH} are allowed.",
-        _locator(item).at(keys),
+        item.locator.at(keys),
         detail="Generated names must fit the line length wherever they appear.",
         hint="Shorten the slug.",
         flow_slug=item.spec.slug,
@@ -65,7 +67,7 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
                 "name_too_long",
                 f"The handler path {step_spec.handler!r} has {len(step_spec.handler)} characters;"
                 f" at most {names.MAX_HANDLER_LENGTH} are allowed.",
-                _locator(item).at(("steps", index, "handler")),
+                item.locator.at(("steps", index, "handler")),
                 detail="The worker entry file imports it on one line.",
                 hint="Shorten the module path, or re-export the function from a shorter module.",
                 flow_slug=spec.slug,
@@ -75,14 +77,13 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
     clashes = names.collisions(step_names, step_modules=spec.queue_mode == "step")
     if not clashes:
         return
-    locator = _locator(item)
     for clash in clashes:
         first, second = spec.steps[clash.first], spec.steps[clash.second]
         yield Problem(
             "name_collision",
             f'Steps "{first.slug}" (step {clash.first}) and "{second.slug}" (step'
             f' {clash.second}) both generate the {clash.kind} name "{clash.name}".',
-            locator.at(("steps", clash.second, "slug")),
+            item.locator.at(("steps", clash.second, "slug")),
             detail="Generated names come from the slugs: types from the PascalCase form"
             f' ("{names.pascal_case(second.slug)}..."), worker modules from the snake_case form'
             f' ("{names.snake_case(second.slug)}").',
@@ -109,7 +110,7 @@ def _across_flows(loaded: Sequence[LoadedSpec]) -> Iterator[Problem]:
                 "name_collision",
                 f'Flow "{slug}" and flow "{first.spec.slug}" of {first.source} share the'
                 f' {kind} "{key}".',
-                _locator(item).at(("slug",)),
+                item.locator.at(("slug",)),
                 detail="Flow slugs are unique ignoring case across a database, and every flow"
                 " of a build gets a module named after the snake_case form of its slug.",
                 hint="Give every concrete flow its own slug.",

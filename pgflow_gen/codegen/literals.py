@@ -10,7 +10,6 @@ from typing import Any
 
 from pgflow_gen.codegen import layout
 
-LINE_LENGTH = 100
 _QUOTE_RUN = re.compile(r'"(?=")')
 
 
@@ -65,7 +64,7 @@ def docstring(text: str | None, *, indent: int, lead: str | None = None) -> str 
     meet others are escaped, and so are non-ASCII characters: no spec text can end the string
     early or leave work for the formatter or the linter.
     """
-    width = LINE_LENGTH - indent - 6  # room for the quotes on both sides of a one-liner
+    width = layout.LINE_LENGTH - indent - 6  # room for the quotes on both sides of a one-liner
     paragraphs = [] if lead is None else [lead]
     # A backslash starts an escape, and three quotes in a row end the string.
     escaped = (
