@@ -52,6 +52,7 @@ FIXED_NAMES = (
     "TypeAlias",
     "TypedDict",
     "annotations",
+    "run_main",
     "start_worker",
     "with_step_queues",
 )
@@ -67,6 +68,8 @@ ENTRY_FILE_NAMES = frozenset(
         "HANDLER",
         "HANDLERS",
         "annotations",
+        "main",
+        "run_main",
         "start_worker",
         "sys",
     }

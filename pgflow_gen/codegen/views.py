@@ -187,7 +187,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports.append("StepOptions")
     if spec.queue_mode == "step":
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
-    runtime_imports.append("start_worker")
+    runtime_imports += ["run_main", "start_worker"]
 
     flow_shape = shapes.flow(
         [_shape_step(s, _dependencies(s)) for s in spec.steps],
@@ -227,6 +227,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                     "StepSlug",
                     *(decl.name for decl in builder.decls),
                     *(view.handler_name for view in steps),
+                    "run_main",
                     "start_worker",
                 ]
             )

@@ -23,7 +23,7 @@ from pgflow_gen.runtime.flow import (
     StepQueuedFlow,
     with_step_queues,
 )
-from pgflow_gen.runtime.worker import start_worker
+from pgflow_gen.runtime.worker import run_main, start_worker
 
 __all__ = [
     "Client",
@@ -40,6 +40,7 @@ __all__ = [
     "StepOptions",
     "StepQueuedFlow",
     "TypedDict",
+    "run_main",
     "start_worker",
     "with_step_queues",
 ]

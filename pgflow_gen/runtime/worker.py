@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 from pgflow_gen import naming
 from pgflow_gen.runtime import database, errors, worker_config
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.worker_loop import Assignment, Worker
+from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, Worker
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
@@ -81,21 +81,52 @@ def start_worker(
 
     Settings given here are overridden by `PGFLOW_*` environment variables and, when `argv` is
     given (generated entry files pass their command line), by `--flags`. A configuration or
-    startup problem (a wrong step slug, an unreachable database, a flow that differs from its
-    definition) is logged as one clear error and ends the process with exit status 1.
+    startup problem raises a typed error (a subclass of `PgflowError`): `ConfigError` for a wrong
+    step slug, handler or setting (checked before anything connects), `DatabaseError` for an
+    unreachable database or a missing engine, `FlowShapeMismatchError` /
+    `FlowRoutingMismatchError` for a flow that differs from its definition. A generated entry
+    file runs this through `run_main`, which turns them into one logged error and exit status 1.
     """
     _configure_logging()
+    _run(flow, step_slug, handler, handlers, database_url, argv, given={
+        "max_concurrent": max_concurrent,
+        "batch_size": batch_size,
+        "poll_interval": poll_interval,
+        "shutdown_grace": shutdown_grace,
+        "worker_name": worker_name,
+    })  # fmt: skip
+
+
+def run_main(main: Callable[[], None]) -> int:
+    """Run a process's `main` (which calls `start_worker`) and return its exit status: 0, or 1
+    after logging a `PgflowError` as one line (`ConfigError: ...`), without a traceback.
+
+    Generated entry files end with `sys.exit(run_main(main))`; code that embeds a worker calls
+    `start_worker` directly and catches the typed errors itself.
+    """
     try:
-        _run(flow, step_slug, handler, handlers, database_url, argv, given={
-            "max_concurrent": max_concurrent,
-            "batch_size": batch_size,
-            "poll_interval": poll_interval,
-            "shutdown_grace": shutdown_grace,
-            "worker_name": worker_name,
-        })  # fmt: skip
+        main()
     except errors.PgflowError as exc:
+        _configure_logging()
         log.error("%s: %s", type(exc).__name__, exc)
-        raise SystemExit(1) from None
+        return 1
+    if _abandoned_handler_threads():
+        # Handlers still running after the grace period cannot be stopped, and the interpreter
+        # would wait for them at exit: their tasks are left to stall recovery, so leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def _abandoned_handler_threads() -> bool:
+    for thread in threading.enumerate():
+        if thread.name.startswith(HANDLER_THREAD_PREFIX):
+            thread.join(timeout=0.1)  # an idle pool thread ends at once after shutdown
+            if thread.is_alive():
+                return True
+    return False
 
 
 def _run(
@@ -118,14 +149,12 @@ def _run(
             "start_worker was already called in this process.",
             hint="Run one worker per process: one entry file (see the Procfile) per process.",
         )
-    url = database.resolve_url(url_override or database_url)
-    worker = Worker(assignment, tuning, url, log)
-    asyncio.run(worker.run())
-    if worker.abandoned:
-        # Handler threads still running after the grace period cannot be stopped; leave now.
-        logging.shutdown()
-        sys.stdout.flush()
-        os._exit(0)
+    try:
+        url = database.resolve_url(url_override or database_url)
+        worker = Worker(assignment, tuning, url, log)
+        asyncio.run(worker.run())
+    finally:
+        _started.release()
 
 
 def assignment_for(

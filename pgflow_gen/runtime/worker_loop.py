@@ -53,6 +53,8 @@ _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
+#: The name prefix of the threads that run synchronous handlers.
+HANDLER_THREAD_PREFIX = "pgflow-handler"
 #: A listener that heard nothing for this long checks that its session is alive.
 LISTEN_CHECK_S = 60.0
 
@@ -88,9 +90,8 @@ class Worker:
             else assignment.flow.slug
         )
         self.shutdown = threading.Event()
-        self.abandoned = 0
         self._executor = ThreadPoolExecutor(
-            max_workers=tuning.max_concurrent, thread_name_prefix="pgflow-handler"
+            max_workers=tuning.max_concurrent, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
         #: Root single steps get the run input itself (even a JSON null); others their `input`.
         self._roots = frozenset(
@@ -212,7 +213,6 @@ class Worker:
             pending = set(self._inflight)
             for task in pending:
                 task.cancel()
-            self.abandoned = len(pending)
             if pending:
                 self.log.warning(
                     "worker %s: %d handler(s) still running after the grace period; their tasks"

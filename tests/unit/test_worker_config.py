@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, errors, with_step_queues
+from pgflow_gen.runtime import Flow, Step, errors, run_main, with_step_queues, worker_loop
 from pgflow_gen.runtime.worker import assignment_for, start_worker
 from pgflow_gen.runtime.worker_config import Tuning, check, overrides
 
@@ -19,6 +22,7 @@ FLOW: Flow[str, object, object] = Flow(
     slug="orders", steps=(Step(slug="fetch"), Step(slug="store", dependencies=("fetch",)))
 )
 QUEUED = with_step_queues(FLOW)
+BOTH = {"fetch": handler, "store": handler}
 
 
 def test_flags_win_over_environment_variables() -> None:
@@ -93,14 +97,99 @@ def test_a_plain_flow_needs_a_handler_for_every_step_and_no_other() -> None:
     assert (plain.queue_mode, plain.queue_name) == ("flow", "orders")
 
 
-def test_start_worker_checks_before_connecting_and_exits_1_with_one_clear_error(
+@pytest.fixture
+def listening_url() -> Iterator[tuple[str, socket.socket]]:
+    """A database URL whose port accepts TCP connections nobody answers: it records whether a
+    connection was attempted."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        yield f"postgresql://nobody@127.0.0.1:{port}/x?connect_timeout=1", listener
+
+
+def _no_connection_attempted(listener: socket.socket) -> bool:
+    try:
+        connection, _ = listener.accept()
+    except BlockingIOError:
+        return True
+    connection.close()
+    return False
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda url: start_worker(FLOW, step_slug="fetch", handler=handler, database_url=url),  # type: ignore[call-overload]
+            'Flow "orders" uses its default queue, so its worker takes no step_slug',
+        ),
+        (
+            lambda url: start_worker(QUEUED, handlers={"fetch": handler}, database_url=url),  # type: ignore[call-overload]
+            'A worker of step-queued flow "orders" runs one step: pass step_slug and handler,',
+        ),
+        (
+            lambda url: start_worker(QUEUED, step_slug=None, handler=handler, database_url=url),  # type: ignore[call-overload]
+            'Step-queued flow "orders" needs a step_slug.',
+        ),
+        (
+            lambda url: start_worker(QUEUED, step_slug="nope", handler=handler, database_url=url),
+            'Step-queued flow "orders" has no step "nope".',
+        ),
+        (
+            lambda url: start_worker(FLOW, handlers=BOTH, database_url=url, max_concurrent=0),
+            "Invalid worker setting max_concurrent=0.",
+        ),
+    ],
+)  # fmt: skip
+def test_start_worker_raises_config_errors_before_connecting(
+    listening_url: tuple[str, socket.socket], call: Callable[[str], None], message: str
+) -> None:
+    url, listener = listening_url
+    with pytest.raises(errors.ConfigError) as raised:
+        call(url)
+    assert str(raised.value).startswith(message)
+    assert _no_connection_attempted(listener)
+
+
+def test_start_worker_raises_database_error_for_an_unreachable_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_loop, "STARTUP_CONNECT_S", 0.5)
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(errors.DatabaseError, match="cannot connect to the database"):
+        start_worker(
+            FLOW,
+            handlers={"fetch": handler, "store": handler},
+            database_url=f"postgresql://nobody@127.0.0.1:{port}/x",
+        )
+    # The error ended that call only: the process may call start_worker again.
+    with pytest.raises(errors.ConfigError, match="needs a step_slug"):
+        start_worker(QUEUED, step_slug=None, handler=handler)  # type: ignore[call-overload]
+
+
+def test_run_main_logs_one_line_and_returns_1_for_a_typed_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # No database is configured or reachable here: the check fails first.
-    with pytest.raises(SystemExit) as raised:
-        start_worker(QUEUED, step_slug=None, handler=handler, database_url="postgresql://nowhere/x")  # type: ignore[call-overload]
-    assert raised.value.code == 1
-    assert 'ConfigError: Step-queued flow "orders" needs a step_slug.' in caplog.text
+    def main() -> None:
+        start_worker(QUEUED, step_slug=None, handler=handler, database_url="postgresql://x/y")  # type: ignore[call-overload]
+
+    assert run_main(main) == 1
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage().startswith(
+        'ConfigError: Step-queued flow "orders" needs a step_slug.'
+    )
+    assert record.exc_info is None
+    assert run_main(lambda: None) == 0
+
+    def broken() -> None:
+        raise ValueError("a bug, not a user's mistake")
+
+    with pytest.raises(ValueError, match="a bug"):
+        run_main(broken)
 
 
 @pytest.mark.parametrize(

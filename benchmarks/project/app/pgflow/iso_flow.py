@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "SlowItemOutput",
     "SlowOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "SlowItemOutput",
     "SlowOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -15,6 +15,7 @@ from pgflow_gen.runtime import (
     StepOptions,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ThankHelpersItem",
     "ThankHelpersItemOutput",
     "ThankHelpersOutput",
+    "run_main",
     "start_worker",
 ]
 

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "PickHandler",
     "PickOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "WrapUpDeps",
     "WrapUpHandler",
     "WrapUpOutput",
+    "run_main",
     "start_worker",
 ]
 

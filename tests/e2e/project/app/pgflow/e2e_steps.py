@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "SideHandler",
     "SideOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

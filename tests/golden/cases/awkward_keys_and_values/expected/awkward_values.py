@@ -17,6 +17,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "PageOnCallHandler",
     "PageOnCallOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

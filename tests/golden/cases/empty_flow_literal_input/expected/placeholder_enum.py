@@ -9,6 +9,7 @@ from pgflow_gen.runtime import (
     Flow,
     FlowOptions,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -18,6 +19,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

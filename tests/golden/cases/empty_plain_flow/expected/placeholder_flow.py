@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     Json,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "StoreHandler",
     "StoreOutput",
     "StoreOutputLocation",
+    "run_main",
     "start_worker",
 ]
 

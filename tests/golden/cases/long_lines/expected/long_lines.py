@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "NumbersOutput",
     "Output",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "ResizeItemOutput",
     "ResizeOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "SummarizeDeps",
     "SummarizeHandler",
     "SummarizeOutput",
+    "run_main",
     "start_worker",
 ]
 

@@ -21,6 +21,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "TypeDeps",
     "TypeHandler",
     "TypeOutput",
+    "run_main",
     "start_worker",
 ]
 

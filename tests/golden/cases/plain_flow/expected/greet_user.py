@@ -15,6 +15,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    run_main,
     start_worker,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "PerRowItemOutputTotal",
     "PerRowOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

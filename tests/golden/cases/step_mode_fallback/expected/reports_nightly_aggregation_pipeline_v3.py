@@ -15,6 +15,7 @@ from pgflow_gen.runtime import (
     StepOptions,
     StepQueuedFlow,
     TypedDict,
+    run_main,
     start_worker,
     with_step_queues,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "PublishHandler",
     "PublishOutput",
     "StepSlug",
+    "run_main",
     "start_worker",
 ]
 

@@ -15,13 +15,15 @@ import app.handlers
 from ...bench_chain import (
     STEP_QUEUED_FLOW,
     ThreeHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: ThreeHandler
 HANDLER = app.handlers.three
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="three",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

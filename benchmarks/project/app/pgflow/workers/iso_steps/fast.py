@@ -15,13 +15,15 @@ import app.handlers
 from ...iso_steps import (
     STEP_QUEUED_FLOW,
     FastHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: FastHandler
 HANDLER = app.handlers.fast
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="fast",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

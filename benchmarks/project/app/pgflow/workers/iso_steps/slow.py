@@ -15,13 +15,15 @@ import app.handlers
 from ...iso_steps import (
     STEP_QUEUED_FLOW,
     SlowHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: SlowHandler
 HANDLER = app.handlers.slow
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="slow",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...community_threads_v1 import (
     STEP_QUEUED_FLOW,
     ClassifyHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: ClassifyHandler
 HANDLER = app.handlers.classify
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="classify",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=4,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...community_threads_v1 import (
     STEP_QUEUED_FLOW,
     DeliverSlackHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: DeliverSlackHandler
 HANDLER = app.handlers.deliver_slack
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="deliverSlack",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...community_threads_v1 import (
     STEP_QUEUED_FLOW,
     ThankHelpersHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: ThankHelpersHandler
 HANDLER = app.handlers.thank_helper
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="thankHelpers",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

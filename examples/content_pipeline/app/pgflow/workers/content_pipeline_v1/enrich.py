@@ -15,13 +15,15 @@ import app.handlers
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     EnrichHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: EnrichHandler
 HANDLER = app.handlers.enrich
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="enrich",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=8,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     FetchPagesHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: FetchPagesHandler
 HANDLER = app.handlers.fetch_page
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="fetchPages",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=8,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     SummarizeHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: SummarizeHandler
 HANDLER = app.handlers.summarize
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="summarize",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=2,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -14,6 +14,7 @@ import app.handlers
 from ...e2e_plain import (
     FLOW,
     Handlers,
+    run_main,
     start_worker,
 )
 
@@ -22,10 +23,15 @@ HANDLERS: Handlers = {
     "wrap_up": app.handlers.wrap_up,
 }
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

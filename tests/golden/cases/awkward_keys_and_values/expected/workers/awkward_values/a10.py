@@ -15,13 +15,15 @@ import app.handlers
 from ...awkward_values import (
     STEP_QUEUED_FLOW,
     A10Handler,
+    run_main,
     start_worker,
 )
 
 HANDLER: A10Handler
 HANDLER = app.handlers.a10
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="a10",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import annotations.tasks as _handlers_0
 from ...awkward_values import (
     STEP_QUEUED_FLOW,
     A2Handler,
+    run_main,
     start_worker,
 )
 
 HANDLER: A2Handler
 HANDLER = _handlers_0.run
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="a2",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.tickets
 from ...route_ticket_v2 import (
     STEP_QUEUED_FLOW,
     BillingHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: BillingHandler
 HANDLER = app.tickets.billing
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="billing",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import app.handlers
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     FourthHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: FourthHandler
 HANDLER = app.handlers.fourth
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="fourth",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import start_worker.jobs as _handlers_0
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     SecondHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: SecondHandler
 HANDLER = _handlers_0.go
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="second",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -14,6 +14,7 @@ import shapes
 from ...typed_shapes import (
     FLOW,
     Handlers,
+    run_main,
     start_worker,
 )
 
@@ -21,10 +22,15 @@ HANDLERS: Handlers = {
     "store": shapes.store,
 }
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

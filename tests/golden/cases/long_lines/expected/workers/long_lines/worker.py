@@ -14,6 +14,7 @@ import app.handlers
 from ...long_lines import (
     FLOW,
     Handlers,
+    run_main,
     start_worker,
 )
 
@@ -23,10 +24,15 @@ HANDLERS: Handlers = {
     "numbers": app.handlers.numbers,
 }
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import pipeline.handlers
 from ...content_pipeline import (
     STEP_QUEUED_FLOW,
     EnrichHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: EnrichHandler
 HANDLER = pipeline.handlers.enrich
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="enrich",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

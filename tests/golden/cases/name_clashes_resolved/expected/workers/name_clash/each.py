@@ -15,13 +15,15 @@ import app.handlers
 from ...name_clash import (
     STEP_QUEUED_FLOW,
     EachHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: EachHandler
 HANDLER = app.handlers.each
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="each",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

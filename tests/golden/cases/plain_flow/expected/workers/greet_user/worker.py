@@ -14,6 +14,7 @@ import handlers
 from ...greet_user import (
     FLOW,
     Handlers,
+    run_main,
     start_worker,
 )
 
@@ -22,10 +23,15 @@ HANDLERS: Handlers = {
     "greeting": handlers.greeting,
 }
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         FLOW,
         handlers=HANDLERS,
         max_concurrent=4,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

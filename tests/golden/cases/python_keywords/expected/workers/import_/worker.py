@@ -14,6 +14,7 @@ import kw.handlers
 from ...import_ import (
     FLOW,
     Handlers,
+    run_main,
     start_worker,
 )
 
@@ -22,10 +23,15 @@ HANDLERS: Handlers = {
     "lambda_step": kw.handlers.lam,
 }
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         FLOW,
         handlers=HANDLERS,
         max_concurrent=10,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

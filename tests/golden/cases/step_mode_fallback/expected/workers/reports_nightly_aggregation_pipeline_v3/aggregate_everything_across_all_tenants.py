@@ -15,13 +15,15 @@ import reports.jobs
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     AggregateEverythingAcrossAllTenantsHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: AggregateEverythingAcrossAllTenantsHandler
 HANDLER = reports.jobs.aggregate
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="aggregateEverythingAcrossAllTenants",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=1,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,13 +15,15 @@ import reports.jobs
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     LoadHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: LoadHandler
 HANDLER = reports.jobs.load
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="load",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=2,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

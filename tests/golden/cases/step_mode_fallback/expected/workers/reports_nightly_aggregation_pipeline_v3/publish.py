@@ -15,13 +15,15 @@ import reports.jobs
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     PublishHandler,
+    run_main,
     start_worker,
 )
 
 HANDLER: PublishHandler
 HANDLER = reports.jobs.publish
 
-if __name__ == "__main__":
+
+def main() -> None:
     start_worker(
         STEP_QUEUED_FLOW,
         step_slug="publish",
@@ -29,3 +31,7 @@ if __name__ == "__main__":
         max_concurrent=2,
         argv=sys.argv[1:],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
