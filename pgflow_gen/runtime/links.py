@@ -68,6 +68,8 @@ class Link:
         self._on_connect = on_connect
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._backoff = FIRST_BACKOFF
+        #: Why the last connection attempt or the last connection failed (None: no failure yet).
+        self.last_error: str | None = None
 
     @property
     def current(self) -> psycopg.AsyncConnection[Any] | None:
@@ -97,6 +99,7 @@ class Link:
                 if conn is not None:
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
+                self.last_error = _first_line(exc)
                 self._log.warning(
                     "database unreachable for %s (%s); retrying in %.2f s",
                     self._purpose,
@@ -118,6 +121,7 @@ class Link:
 
     async def broken(self, exc: BaseException) -> None:
         """Forget the current connection after `exc`; the next `get()` reconnects."""
+        self.last_error = _first_line(exc)
         self._log.warning(
             "lost the database connection for %s: %s", self._purpose, _first_line(exc)
         )

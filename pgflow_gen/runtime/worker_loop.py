@@ -53,6 +53,8 @@ _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
+#: How long a stopping worker tries to mark itself stopped.
+MARK_STOPPED_S = 3.0
 #: The name prefix of the threads that run synchronous handlers.
 HANDLER_THREAD_PREFIX = "pgflow-handler"
 #: A listener that heard nothing for this long checks that its session is alive.
@@ -200,7 +202,9 @@ class Worker:
                 return  # not the main thread (or no signals here): the caller stops us
 
     def _past_deadline(self) -> bool:
-        return self._reporter_done and self._remaining() <= 0
+        """Whether a stopping reporter should stop reconnecting: past the grace period, or at
+        once when it has no results left to send."""
+        return self._reporter_done and (self._remaining() <= 0 or not self._reports)
 
     def _remaining(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
@@ -525,12 +529,27 @@ class Worker:
             self.log.info("requeued %d stalled task(s)", row[0])
 
     async def _mark_stopped(self) -> None:
+        """Set `stopped_at`, trying for at most MARK_STOPPED_S: when the database is down the
+        worker exits anyway, and its heartbeat going stale tells the others it is gone."""
+        deadline = time.monotonic() + MARK_STOPPED_S
+        reason: str | None = None
         try:
-            conn = await asyncio.wait_for(self._report_link.get(), timeout=5.0)
-            if conn is not None:
-                await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
-        except (psycopg.Error, TimeoutError) as exc:
-            self.log.warning("could not mark worker %s stopped: %s", self.name, exc)
+            async with asyncio.timeout(MARK_STOPPED_S):
+                conn = await self._report_link.get(give_up=lambda: time.monotonic() > deadline)
+                if conn is not None:
+                    await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
+                    return
+        except psycopg.Error as exc:
+            reason = primary_message(exc)
+        except TimeoutError:
+            pass
+        self.log.warning(
+            "could not mark worker %s stopped within %.0f s (%s); other workers and"
+            " `pgflow-gen workers` see it gone once its heartbeat is stale",
+            self.name,
+            MARK_STOPPED_S,
+            reason or self._report_link.last_error or "the database did not answer",
+        )
 
     # -- notifications -------------------------------------------------------------------------
     async def _listen_loop(self) -> None:
