@@ -12,6 +12,16 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime.task_runner import ClaimedTask as Task
 
+#: The columns of pgflow.start_tasks (the claim before engine 0005).
+START_TASKS_COLUMNS = (
+    "flow_slug",
+    "run_id",
+    "step_slug",
+    "input",
+    "msg_id",
+    "task_index",
+    "flow_input",
+)
 WORKER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
 
 
@@ -121,51 +131,92 @@ class Engine:
         queue: str | None = None,
         step: str | None = None,
     ) -> list[Task]:
-        """start_tasks with the given selector (four arguments when `step` is None)."""
+        """claim_tasks (the worker's claim) with the given selector (four arguments when `step`
+        is None)."""
         queue = queue or flow_slug.lower()
         self.register(queue)
-        if step is None:
-            rows = self.conn.execute(
-                "select * from pgflow.start_tasks(%s, %s, %s, %s)",
-                (flow_slug, msg_ids, WORKER_ID, queue),
-            ).fetchall()
-        else:
-            rows = self.conn.execute(
-                "select * from pgflow.start_tasks(%s, %s, %s, %s, %s)",
-                (flow_slug, msg_ids, WORKER_ID, queue, step),
-            ).fetchall()
+        if self.value("select to_regproc('pgflow.claim_tasks')") is None:
+            return self._claim_before_0005(flow_slug, msg_ids, queue, step)
+        selector = [] if step is None else [step]
+        placeholders = ", ".join(["%s"] * (4 + len(selector)))
+        rows = self.conn.execute(
+            f"select * from pgflow.claim_tasks({placeholders})",
+            (flow_slug, msg_ids, WORKER_ID, queue, *selector),
+        ).fetchall()
         return [Task(*row) for row in rows]
+
+    def _claim_before_0005(
+        self, flow_slug: str, msg_ids: list[int], queue: str, step: str | None
+    ) -> list[Task]:
+        """An engine older than 0005 (upgrade tests) has start_tasks only; the attempt and the
+        timeout are read afterwards."""
+        selector = [] if step is None else [step]
+        placeholders = ", ".join(["%s"] * (4 + len(selector)))
+        rows = self.conn.execute(
+            f"select * from pgflow.start_tasks({placeholders})",
+            (flow_slug, msg_ids, WORKER_ID, queue, *selector),
+        ).fetchall()
+        claimed = []
+        for row in rows:
+            extra = self.one(
+                "select t.attempts_count, coalesce(s.opt_timeout, f.opt_timeout) as timeout"
+                " from pgflow.step_tasks t"
+                " join pgflow.steps s using (flow_slug, step_slug)"
+                " join pgflow.flows f using (flow_slug)"
+                " where t.run_id = %s and t.step_slug = %s and t.task_index = %s",
+                row[1],
+                row[2],
+                row[5],
+            )
+            fields = dict(zip(START_TASKS_COLUMNS, row, strict=True))
+            claimed.append(
+                Task(**fields, attempt=extra["attempts_count"], timeout=extra["timeout"])
+            )
+        return claimed
 
     def register(self, queue: str) -> None:
         if queue not in self._registered:
             self.conn.execute("select pgflow.register_worker(%s, %s, 'tests')", (WORKER_ID, queue))
             self._registered.add(queue)
 
-    def complete(self, task: Task, output: Any = None) -> dict[str, Any]:
+    def complete(self, task: Task, output: Any = None, *, fenced: bool = False) -> dict[str, Any]:
+        """complete_task; `fenced` passes the task's attempt (as workers do), else the callback
+        without one (as workers before engine 0005 did)."""
         return self.call(
             "complete_task",
             task.run_id,
             task.step_slug,
             task.task_index,
             None if output is None else Jsonb(output),
+            *([task.attempt] if fenced else []),
         )[0]
 
-    def complete_batch(self, tasks: list[Task], outputs: list[Any]) -> list[dict[str, Any]]:
-        """complete_tasks: the tasks with their outputs, in one call."""
+    def complete_batch(
+        self, tasks: list[Task], outputs: list[Any], *, fenced: bool = False
+    ) -> list[dict[str, Any]]:
+        """complete_tasks: the tasks with their outputs, in one call (`fenced`: with their
+        attempts)."""
+        arrays: list[Any] = [
+            [t.run_id for t in tasks],
+            [t.step_slug for t in tasks],
+            [t.task_index for t in tasks],
+            [None if o is None else Jsonb(o) for o in outputs],
+        ]
+        attempts = ", %s::int[]" if fenced else ""
+        if fenced:
+            arrays.append([t.attempt for t in tasks])
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(
-                "select * from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[])",
-                (
-                    [t.run_id for t in tasks],
-                    [t.step_slug for t in tasks],
-                    [t.task_index for t in tasks],
-                    [None if o is None else Jsonb(o) for o in outputs],
-                ),
+                f"select * from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[]{attempts})", arrays
             )
             return cur.fetchall()
 
-    def fail(self, task: Task, message: str = "boom") -> dict[str, Any]:
-        return self.call("fail_task", task.run_id, task.step_slug, task.task_index, message)[0]
+    def fail(self, task: Task, message: str = "boom", *, fenced: bool = False) -> dict[str, Any]:
+        """fail_task; `fenced` as for `complete`."""
+        attempt = [task.attempt] if fenced else []
+        return self.call(
+            "fail_task", task.run_id, task.step_slug, task.task_index, message, *attempt
+        )[0]
 
     def run_to_end(
         self, flow_slug: str, outputs: dict[str, Any], input: Any = None, limit: int = 100

@@ -44,10 +44,10 @@ class Context(Generic[InputT]):
     """The second argument of every handler.
 
     `flow_input()` returns the run input (loaded on first use: map tasks and dependent steps do
-    not carry it); `attempt` counts this task's claims, 1 on the first try (read on first use);
-    `shutdown` is set when the worker drains, so long handlers can stop early; `connection` is a
-    database connection for the handler's own queries (opened on first use, closed when the
-    handler returns; it is in autocommit mode).
+    not carry it); `attempt` counts this task's claims, 1 on the first try (known from the
+    claim, so reading it runs no query); `shutdown` is set when the worker drains, so long
+    handlers can stop early; `connection` is a database connection for the handler's own
+    queries (opened on first use, closed when the handler returns; it is in autocommit mode).
     """
 
     run_id: uuid.UUID
@@ -58,7 +58,7 @@ class Context(Generic[InputT]):
     logger: logging.Logger
     _flow_input: Any = field(default=None, repr=False)
     _lazy: _Lazy | None = field(default=None, repr=False, compare=False)
-    _attempt: int | None = field(default=None, repr=False, compare=False)
+    _attempt: int = field(default=1, repr=False, compare=False)
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
@@ -68,14 +68,6 @@ class Context(Generic[InputT]):
 
     @property
     def attempt(self) -> int:
-        if self._attempt is None:  # read once: the claim that runs this handler set it
-            row = self.connection.execute(
-                "select attempts_count from pgflow.step_tasks"
-                " where run_id = %s and step_slug = %s and task_index = %s",
-                (self.run_id, self.step_slug, self.task_index),
-            ).fetchone()
-            object.__setattr__(self, "_attempt", int(row[0]) if row else 0)
-        assert self._attempt is not None
         return self._attempt
 
     def flow_input(self) -> InputT:

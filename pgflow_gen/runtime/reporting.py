@@ -1,5 +1,10 @@
 """Sending finished handlers' results to the engine: complete_task / fail_task, with runs of
-successes batched into one complete_tasks call."""
+successes batched into one complete_tasks call.
+
+Every callback carries the attempt its claim started. The engine ignores a result of an attempt
+that is no longer the task's current one (the task was retried or requeued and claimed again
+since, say after this worker lost its connection for long); the worker logs each such stale
+result once, and nothing else changes."""
 
 from __future__ import annotations
 
@@ -23,13 +28,14 @@ async def send_reports(
     refusal is logged and the report dropped, so one bad result never blocks the others.
     """
     while reports:
-        if await _send_batch(conn, reports):
+        if await _send_batch(conn, reports, log):
             continue
         report = reports[0]
         task = report.task
         key = (task.run_id, task.step_slug, task.task_index)
         try:
-            await conn.execute(*_callback(report))
+            cursor = await conn.execute(*_callback(report))
+            _log_if_stale(report, await cursor.fetchone(), log)
         except psycopg.Error as exc:
             if connection_lost(conn, exc):
                 raise
@@ -42,14 +48,15 @@ async def send_reports(
         reports.pop(0)
 
 
-async def _send_batch(conn: psycopg.AsyncConnection[Any], reports: list[Report]) -> bool:
+async def _send_batch(
+    conn: psycopg.AsyncConnection[Any], reports: list[Report], log: logging.Logger
+) -> bool:
     """Complete the leading successes with one complete_tasks call (one statement, one round
     trip); False when there are fewer than two or the call failed.
 
     complete_tasks changes nothing when it fails, and a second complete_task for a completed
     task is a no-op, so after a failure they are simply sent again one by one, which isolates
-    the bad one. Failures are never batched: a repeated fail_task could hit the task's next
-    attempt.
+    the bad one. Failures go one by one (the engine has no batch of them).
     """
     batch = []
     for report in reports:
@@ -59,19 +66,24 @@ async def _send_batch(conn: psycopg.AsyncConnection[Any], reports: list[Report])
     if len(batch) < 2:
         return False
     try:
-        await conn.execute(
-            "select from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[])",
+        cursor = await conn.execute(
+            "select attempts_count, status from pgflow.complete_tasks("
+            "%s, %s, %s, %s::jsonb[], %s::int[])",
             (
                 [r.task.run_id for r in batch],
                 [r.task.step_slug for r in batch],
                 [r.task.task_index for r in batch],
                 [Jsonb(r.output) for r in batch],
+                [r.task.attempt for r in batch],
             ),
         )
+        rows = await cursor.fetchall()
     except psycopg.Error as exc:
         if connection_lost(conn, exc):
             raise
         return False
+    for report, row in zip(batch, rows, strict=True):
+        _log_if_stale(report, row, log)
     del reports[: len(batch)]
     return True
 
@@ -81,5 +93,30 @@ def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
     task = report.task
     key = (task.run_id, task.step_slug, task.task_index)
     if report.error is None:
-        return "select from pgflow.complete_task(%s, %s, %s, %s)", (*key, Jsonb(report.output))
-    return "select from pgflow.fail_task(%s, %s, %s, %s)", (*key, report.error)
+        return (
+            "select attempts_count, status from pgflow.complete_task(%s, %s, %s, %s, %s)",
+            (*key, Jsonb(report.output), task.attempt),
+        )
+    return (
+        "select attempts_count, status from pgflow.fail_task(%s, %s, %s, %s, %s)",
+        (*key, report.error, task.attempt),
+    )
+
+
+def _log_if_stale(report: Report, row: tuple[Any, ...] | None, log: logging.Logger) -> None:
+    """Log a result the engine ignored because its attempt is no longer the task's current one
+    (the callback returns the task's row, whose attempts_count then differs)."""
+    if row is None or row[0] == report.task.attempt:
+        return
+    task = report.task
+    log.warning(
+        "ignored the %s of task %s/%s[%d] attempt %d: the task is on attempt %d (%s) since;"
+        " a result of an earlier attempt changes nothing",
+        "failure" if report.error is not None else "result",
+        task.run_id,
+        task.step_slug,
+        task.task_index,
+        task.attempt,
+        row[0],
+        row[1],
+    )

@@ -26,7 +26,8 @@ Handler = Callable[..., Any]
 
 @dataclass(frozen=True)
 class ClaimedTask:
-    """One row of `pgflow.start_tasks`."""
+    """One row of `pgflow.claim_tasks`: the task, its input, and the attempt this claim started
+    (its callbacks pass it back, so a stale one changes nothing) with the step's timeout."""
 
     flow_slug: str
     run_id: uuid.UUID
@@ -35,6 +36,8 @@ class ClaimedTask:
     msg_id: int
     task_index: int
     flow_input: Any
+    attempt: int
+    timeout: int
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ async def run_task(
         logger=logger,
         _flow_input=task.flow_input,
         _lazy=lazy,
+        _attempt=task.attempt,
     )
     handler_input = task.flow_input if root else task.input
     loop = asyncio.get_running_loop()

@@ -53,6 +53,9 @@ _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
+#: The newest engine function this worker calls: an engine without it is too old.
+NEWEST_ENGINE_FUNCTION = "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[])"
+NEWEST_ENGINE_MIGRATION = "0005"
 #: How long a stopping worker tries to mark itself stopped.
 MARK_STOPPED_S = 3.0
 #: The name prefix of the threads that run synchronous handlers.
@@ -250,15 +253,13 @@ class Worker:
     async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
         flow = self.assignment.flow
         try:
-            # The newest engine function this worker calls (engine migration 0003).
-            cursor = await conn.execute(
-                "select to_regprocedure('pgflow.complete_tasks(uuid[], text[], int[], jsonb[])')"
-            )
+            cursor = await conn.execute("select to_regprocedure(%s)", (NEWEST_ENGINE_FUNCTION,))
             newest = await cursor.fetchone()
             if newest is None or newest[0] is None:
                 raise errors.DatabaseError(
                     "The database has no pgflow engine (or an older one).",
-                    detail="pgflow.complete_tasks (engine migration 0003) is missing.",
+                    detail=f"{NEWEST_ENGINE_FUNCTION} (engine migration"
+                    f" {NEWEST_ENGINE_MIGRATION}) is missing.",
                     hint="Run `pgflow-gen db migrate` against this database first.",
                 )
             cursor = await conn.execute(
@@ -407,12 +408,12 @@ class Worker:
         async with conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             if a.step_slug is None:
                 await claim.execute(
-                    "select * from pgflow.start_tasks(%s, %s, %s, %s)",
+                    "select * from pgflow.claim_tasks(%s, %s, %s, %s)",
                     (a.flow.slug, ids, self.worker_id, a.queue_name),
                 )
             else:
                 await claim.execute(
-                    "select * from pgflow.start_tasks(%s, %s, %s, %s, %s)",
+                    "select * from pgflow.claim_tasks(%s, %s, %s, %s, %s)",
                     (a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug),
                 )
             claimed = await claim.fetchall()

@@ -191,13 +191,17 @@ def test_a_changed_flow_is_refused_before_registration(workers: Workers, db: Db)
 def test_an_engine_older_than_the_worker_is_refused_before_registration(
     workers: Workers, db: Db
 ) -> None:
-    db.conn.execute("drop function pgflow.complete_tasks")  # as an engine before 0003
+    # As an engine before 0005, which had only the callbacks without an attempt.
+    db.conn.execute("drop function pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[])")
     worker = workers.start("e2e_steps", "first")
     assert worker.wait() == 1
     log = worker.log()
     assert "Traceback" not in log
     assert "ERROR pgflow_gen.worker: DatabaseError: The database has no pgflow engine (or an" in log
-    assert "pgflow.complete_tasks (engine migration 0003) is missing." in log
+    assert (
+        "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[]) (engine migration 0005)"
+        " is missing." in log
+    )
     assert db.value("select count(*) from pgflow.workers") == 0
     assert db.value("select count(*) from pgflow.flows") == 0
 

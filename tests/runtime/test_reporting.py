@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -81,9 +82,51 @@ def test_a_report_for_a_task_that_does_not_exist_is_logged_and_dropped(
 ) -> None:
     run_id = engine.start("fanIn", {"n": 1})
     [task] = engine.poll("fanIn")
-    ghost = type(task)(task.flow_slug, task.run_id, "gone", None, 0, 0, None)
+    ghost = dataclasses.replace(task, step_slug="gone", msg_id=0)
 
     with caplog.at_level(logging.ERROR, logger=LOG.name):
         assert send(db_url, [Report(ghost, output=1), Report(task, output=2)]) == []
     assert 'Task 0 of step "gone"' in caplog.text
     assert engine.run(run_id)["status"] == "completed"
+
+
+def test_a_stale_result_is_logged_once_and_changes_nothing(
+    conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The worker lost its connection after sending; the task was retried and claimed again.
+    engine = Engine(conn)
+    engine.flow("resend", {"slug": "work", "base_delay": 0}, max_attempts=3)
+    run_ids = [engine.start("resend", {"n": n}) for n in range(2)]
+    first = sorted(engine.poll("resend"), key=lambda t: run_ids.index(t.run_id))
+    engine.fail(first[0], "lost reply", fenced=True)
+    [retry] = engine.poll("resend")
+
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        resent = [Report(first[0], error="lost reply"), Report(first[0], output="late")]
+        assert send(db_url, [*resent, Report(first[1], output="fine")]) == []
+
+    stale = [r.getMessage() for r in caplog.records if "ignored the" in r.getMessage()]
+    key = f"{retry.run_id}/work[0] attempt 1: the task is on attempt 2 (started) since"
+    assert stale == [
+        f"ignored the failure of task {key}; a result of an earlier attempt changes nothing",
+        f"ignored the result of task {key}; a result of an earlier attempt changes nothing",
+    ]
+    assert engine.task(retry.run_id, "work")["status"] == "started"
+    assert engine.run(run_ids[1])["status"] == "completed"
+
+
+def test_a_stale_result_inside_a_batch_is_logged_and_the_rest_complete(
+    conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Engine(conn)
+    engine.flow("resend", {"slug": "work", "base_delay": 0}, max_attempts=3)
+    run_ids = [engine.start("resend", {"n": n}) for n in range(3)]
+    tasks = sorted(engine.poll("resend"), key=lambda t: run_ids.index(t.run_id))
+    engine.fail(tasks[1], "lost reply", fenced=True)
+    engine.poll("resend")
+
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        assert send(db_url, [Report(task, output=i) for i, task in enumerate(tasks)]) == []
+
+    assert [engine.run(r)["status"] for r in run_ids] == ["completed", "started", "completed"]
+    assert sum("ignored the result of task" in r.getMessage() for r in caplog.records) == 1

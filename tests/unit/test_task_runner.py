@@ -15,7 +15,7 @@ from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_tas
 
 
 def task(input: Any = None, flow_input: Any = None) -> ClaimedTask:
-    return ClaimedTask("f", uuid.uuid4(), "s", input, 1, 0, flow_input)
+    return ClaimedTask("f", uuid.uuid4(), "s", input, 1, 0, flow_input, attempt=1, timeout=60)
 
 
 def run(handler: Handler, claimed: ClaimedTask, *, root: bool) -> Report:

@@ -260,12 +260,12 @@ def test_a_missing_task_raises_and_changes_nothing(engine: Engine) -> None:
     engine.flow("pair", {"slug": "one"}, {"slug": "two"})
     run_id = engine.start("pair")
     tasks = engine.poll("pair")
-    ghost = Task("pair", run_id, "three", None, 0, 0, None)
+    ghost = Task("pair", run_id, "three", None, 0, 0, None, 1, 60)
     with pytest.raises(psycopg.errors.NoDataFound, match='Task 0 of step "three"'):
         engine.complete_batch([*tasks, ghost], [1, 2, 3])
     assert {t["status"] for t in engine.all("select status from pgflow.step_tasks")} == {"started"}
 
-    stranger = Task("pair", uuid.uuid4(), "one", None, 0, 0, None)
+    stranger = Task("pair", uuid.uuid4(), "one", None, 0, 0, None, 1, 60)
     with pytest.raises(psycopg.errors.NoDataFound, match=r"Run .* does not exist"):
         engine.complete_batch([*tasks, stranger], [1, 2, 3])
 

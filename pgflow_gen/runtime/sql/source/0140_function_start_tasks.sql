@@ -1,11 +1,5 @@
--- Phase two of a claim: of the messages a worker read from queue_name, claims the queued tasks of
--- this flow whose run and step are started, extends each message's visibility to the step's
--- timeout + 2 s, and returns the tasks with their inputs. Task rows locked by someone else are
--- skipped (their message comes back later), so a claim never waits; then PGMQ rows are locked.
--- First it archives the queue's batch of completed tasks' messages.
--- The selector follows the flow's queue mode: a step-queued flow claims only tasks of step_slug,
--- which must name a step exactly and queue_name its exact route; a flow-mode flow takes no step.
--- A wrong selector raises before anything changes.
+-- The claim as engines before 0005 offered it (workers of those versions call it): claim_tasks
+-- without the attempt and timeout columns. Same checks, same effects.
 create function pgflow.start_tasks(
   flow_slug text,
   msg_ids bigint[],
@@ -14,124 +8,13 @@ create function pgflow.start_tasks(
   step_slug text default null
 )
 returns setof pgflow.step_task_record
-language plpgsql
+language sql
 volatile
 set search_path = ''
 as $$
-declare
-  v_queue text := lower(queue_name);
-  v_mode text;
-  v_route text;
-  v_twin text;
-  v_run_ids uuid[];
-  v_step_slugs text[];
-  v_task_indexes int[];
-  v_message_ids bigint[];
-  v_offsets int[];
-  v_visible_set int;
-begin
-  if queue_name is null then
-    raise exception 'start_tasks needs the queue the messages were read from.' using errcode = '22004';
-  end if;
-  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = start_tasks.flow_slug;
-  if not found then
-    raise exception 'Flow "%" does not exist.', flow_slug using errcode = 'P0002';
-  end if;
-  if v_mode = 'flow' and step_slug is not null then
-    raise exception 'Flow "%" uses its default queue, so start_tasks takes no step slug.', flow_slug
-      using errcode = '22023', hint = 'Call start_tasks without step_slug for a flow-mode flow.';
-  end if;
-  if v_mode = 'step' then
-    if step_slug is null then
-      raise exception 'Flow "%" uses per-step queues, so start_tasks needs the step slug.', flow_slug
-        using errcode = '22023', hint = 'Pass step_slug => the step this worker runs, with that step''s queue.';
-    end if;
-    select s.queue_name into v_route from pgflow.steps as s
-    where s.flow_slug = start_tasks.flow_slug and s.step_slug = start_tasks.step_slug;
-    if not found then
-      select s.step_slug into v_twin from pgflow.steps as s
-      where s.flow_slug = start_tasks.flow_slug and lower(s.step_slug) = lower(start_tasks.step_slug);
-      if v_twin is not null then
-        raise exception 'Flow "%" has no step "%".', flow_slug, step_slug
-          using errcode = '22023', detail = format('Step slugs match exactly; did you mean "%s"?', v_twin);
-      end if;
-      raise exception 'Flow "%" has no step "%".', flow_slug, step_slug using errcode = '22023';
-    end if;
-    if v_route <> queue_name then
-      raise exception 'Step "%" of flow "%" is routed to queue "%", not "%".', step_slug, flow_slug, v_route, queue_name
-        using errcode = '22023', hint = 'Claim with the messages read from the step''s own queue.';
-    end if;
-    v_queue := v_route;
-  end if;
-  if msg_ids is null or cardinality(msg_ids) = 0 then
-    return;
-  end if;
-  if not exists (select 1 from pgflow.workers as w where w.worker_id = start_tasks.worker_id) then
-    raise exception 'Worker % is not registered.', worker_id
-      using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
-  end if;
-  perform pgflow.archive_completed_messages(v_queue);
-
-  -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
-  -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
-  with candidates as (
-    select t.run_id, t.step_slug, t.task_index
-    from pgflow.step_tasks as t
-    where t.queue_name = v_queue and t.message_id = any (start_tasks.msg_ids)
-      and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
-      and (start_tasks.step_slug is null or t.step_slug = start_tasks.step_slug)
-    order by t.run_id, t.step_slug, t.task_index
-    for update skip locked
-  ),
-  claimed as (
-    update pgflow.step_tasks as t
-    set status = 'started', attempts_count = t.attempts_count + 1,
-      started_at = clock_timestamp(), last_worker_id = start_tasks.worker_id
-    from candidates as c, pgflow.steps as s, pgflow.flows as f
-    where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
-      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
-    returning t.run_id, t.step_slug, t.task_index, t.message_id,
-      coalesce(s.opt_timeout, f.opt_timeout) + 2 as vt_offset
-  )
-  select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
-    array_agg(c.message_id), array_agg(c.vt_offset)
-  into v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_offsets
-  from claimed as c;
-  if v_message_ids is null then
-    return;
-  end if;
-
-  -- GUARD: the lease must be in place before any task is returned, or the claim is undone.
-  select count(*) into v_visible_set from pgflow.set_vt_batch(v_queue, v_message_ids, v_offsets);
-  if v_visible_set <> cardinality(v_message_ids) then
-    raise exception 'start_tasks: % of % claimed messages are missing from queue "%".',
-      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), v_queue
-      using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
-  end if;
-
-  return query
-  select start_tasks.flow_slug, c.run_id, c.step_slug,
-    case
-      when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
-      when s.step_type = 'map' then (
-        select dep.output -> c.task_index
-        from pgflow.deps as d
-        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
-        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
-      )
-      else coalesce((
-        select jsonb_object_agg(d.dep_slug, dep.output)
-        from pgflow.deps as d
-        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
-        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug and dep.status = 'completed'
-      ), '{}'::jsonb)
-    end,
-    c.message_id, c.task_index,
-    case when s.step_type = 'single' and s.deps_count = 0 then r.input end
-  from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_message_ids)
-    as c (run_id, step_slug, task_index, message_id)
-  join pgflow.runs as r on r.run_id = c.run_id
-  join pgflow.steps as s on s.flow_slug = start_tasks.flow_slug and s.step_slug = c.step_slug
-  order by c.message_id;
-end;
+  select c.flow_slug, c.run_id, c.step_slug, c.input, c.msg_id, c.task_index, c.flow_input
+  from pgflow.claim_tasks(
+    start_tasks.flow_slug, start_tasks.msg_ids, start_tasks.worker_id, start_tasks.queue_name,
+    start_tasks.step_slug
+  ) as c;
 $$;

@@ -1,9 +1,11 @@
 -- A worker reports a task's output. The last task of a step completes the step (a map's output
 -- is its task outputs in task order), which readies children and may complete the run.
--- Late callbacks (run finished, step closed, task not started) change nothing.
+-- Late callbacks (run finished, step closed, task not started) change nothing, and so does a
+-- stale one: `attempt` (from claim_tasks) is not the task's current attempt. Either returns the
+-- task's row unchanged; a stale one's attempts_count differs from `attempt`.
 -- Locks run, step state and task (in that order, in one statement); its message is archived in a
 -- later batch (pgflow.archivable_messages), so this hot path never waits for a PGMQ row.
-create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb)
+create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb, attempt int)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
@@ -37,6 +39,14 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
+
+  -- GUARD: a callback of an earlier attempt is stale and changes nothing: since that attempt,
+  -- the task failed and was retried, or stall recovery requeued it, and another claim started
+  -- the attempt that is current now. A null attempt answers whichever attempt is current.
+  if attempt is not null and v_task.attempts_count <> attempt then
+    return next v_task;
+    return;
+  end if;
 
   -- GUARD: late callbacks are no-ops.
   if v_locked.run_status <> 'started' or v_locked.step_status <> 'started' or v_task.status <> 'started' then

@@ -2,7 +2,10 @@
 -- hidden for base_delay * 2^attempts seconds; exhausted (or parked by stall recovery),
 -- when_exhausted decides: fail the run, skip the step, or skip it and everything downstream.
 -- Locks run, step state and task (in that order, in one statement), then PGMQ rows.
-create function pgflow.fail_task(run_id uuid, step_slug text, task_index int, error_message text)
+-- Late callbacks change nothing, and so does a stale one (`attempt`, from claim_tasks, is not the
+-- task's current attempt): the task's row comes back unchanged, a stale one's attempts_count
+-- differing from `attempt`.
+create function pgflow.fail_task(run_id uuid, step_slug text, task_index int, error_message text, attempt int)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
@@ -29,6 +32,15 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
+
+  -- GUARD: a callback of an earlier attempt is stale and changes nothing: since that attempt,
+  -- the task failed and was retried, or stall recovery requeued it, and another claim started
+  -- the attempt that is current now. A null attempt answers whichever attempt is current.
+  if attempt is not null and v_task.attempts_count <> attempt then
+    return next v_task;
+    return;
+  end if;
+
   select ss.status, s.when_exhausted,
     coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,
     coalesce(s.opt_base_delay, f.opt_base_delay) as base_delay

@@ -8,14 +8,17 @@
 -- complete. Every other task (a map task, a step with a conditional or map child, a late
 -- callback of a finished run) goes through complete_task, after the set-based ones, in input
 -- order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
--- for a single task).
+-- for a single task). `attempts` fences each result as complete_task's `attempt` does: a stale
+-- one changes nothing and its row comes back unchanged.
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
 -- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
 -- The rows locked are updated by their row ids (ctid; stable while we hold the lock), and the
 -- planner settings keep every plan index-driven: these tables grow from empty faster than
 -- autovacuum analyses them, and a sequential scan per batch would grow with them.
-create function pgflow.complete_tasks(run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[])
+create function pgflow.complete_tasks(
+  run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[], attempts int[]
+)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
@@ -31,13 +34,15 @@ declare
   v_queue text;
   v_finished uuid[];
   v_general int[];
+  v_attempts int[];
   i int;
 begin
   if coalesce(cardinality(step_slugs), 0) <> v_count or coalesce(cardinality(task_indexes), 0) <> v_count
-    or coalesce(cardinality(outputs), 0) <> v_count then
-    raise exception 'complete_tasks needs arrays of one length (got % run ids, % step slugs, % task indexes, % outputs).',
+    or coalesce(cardinality(outputs), 0) <> v_count
+    or (attempts is not null and coalesce(cardinality(attempts), 0) <> v_count) then
+    raise exception 'complete_tasks needs arrays of one length (got % run ids, % step slugs, % task indexes, % outputs, % attempts).',
       v_count, coalesce(cardinality(step_slugs), 0), coalesce(cardinality(task_indexes), 0),
-      coalesce(cardinality(outputs), 0)
+      coalesce(cardinality(outputs), 0), coalesce(cardinality(attempts), v_count)
       using errcode = '22023';
   end if;
   if v_count = 0 then
@@ -47,19 +52,24 @@ begin
   if array_ndims(run_ids) <> 1 or array_lower(run_ids, 1) <> 1
     or array_ndims(step_slugs) <> 1 or array_lower(step_slugs, 1) <> 1
     or array_ndims(task_indexes) <> 1 or array_lower(task_indexes, 1) <> 1
-    or array_ndims(outputs) <> 1 or array_lower(outputs, 1) <> 1 then
+    or array_ndims(outputs) <> 1 or array_lower(outputs, 1) <> 1
+    or (attempts is not null and (array_ndims(attempts) <> 1 or array_lower(attempts, 1) <> 1)) then
     raise exception 'complete_tasks needs one-dimensional arrays that start at index 1.'
       using errcode = '22023';
   end if;
+  -- A null attempts array answers whichever attempts are current, as null elements do.
+  v_attempts := coalesce(attempts, array_fill(null::int, array[v_count]));
   if v_count = 1 then
-    return query select * from pgflow.complete_task(run_ids[1], step_slugs[1], task_indexes[1], outputs[1]);
+    return query select * from pgflow.complete_task(run_ids[1], step_slugs[1], task_indexes[1], outputs[1],
+      v_attempts[1]);
     return;
   end if;
 
   with locked as (
     select u.ord, u.output, r.run_id, ss.flow_slug, ss.step_slug, t.task_index,
       t.ctid as task_row, ss.ctid as state_row,
-      r.status = 'started' and ss.status = 'started' and t.status = 'started' as live,
+      r.status = 'started' and ss.status = 'started' and t.status = 'started'
+        and (u.attempt is null or u.attempt = t.attempts_count) as live,
       s.step_type = 'single' and not exists (
         select 1 from pgflow.deps as d
         join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
@@ -67,8 +77,8 @@ begin
           and (c.step_type <> 'single' or c.required_input_pattern is not null
             or c.forbidden_input_pattern is not null)
       ) as plain
-    from unnest(run_ids, step_slugs, task_indexes, outputs) with ordinality
-      as u (run_id, step_slug, task_index, output, ord)
+    from unnest(run_ids, step_slugs, task_indexes, outputs, v_attempts) with ordinality
+      as u (run_id, step_slug, task_index, output, attempt, ord)
     join pgflow.runs as r on r.run_id = u.run_id
     join pgflow.step_states as ss on ss.run_id = u.run_id and ss.step_slug = u.step_slug
     join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
@@ -252,7 +262,7 @@ begin
 
   if v_general is not null then
     foreach i in array v_general loop
-      perform pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i], outputs[i]);
+      perform pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i], outputs[i], v_attempts[i]);
     end loop;
   end if;
 
