@@ -1,7 +1,7 @@
 """Engine throughput next to raw PGMQ, measured in the same run on the same server.
 
 Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one worker): read a
-batch from the flow queue, claim it with start_tasks, complete the claimed tasks with one
+batch from the flow queue, claim it with claim_tasks, complete the claimed tasks with one
 complete_tasks call (as the worker reports the results it collected), for RUNS runs of a 3-step
 sequential flow started beforehand (3 * RUNS tasks). The same loop completing each task with its
 own complete_task call is measured too. Every call is its own autocommit transaction, as a real
@@ -89,7 +89,7 @@ def raw_pgmq(url: str, total: int, batch: int) -> float:
 
 
 def engine(url: str, runs: int, batch: int, per_task: bool = False) -> tuple[float, float]:
-    """(tasks per second of read + start_tasks + complete_tasks, runs started per second);
+    """(tasks per second of read + claim_tasks + complete_tasks, runs started per second);
     with per_task, one complete_task call per task instead."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
@@ -115,23 +115,25 @@ def engine(url: str, runs: int, batch: int, per_task: bool = False) -> tuple[flo
                 for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (QUEUE, batch))
             ]
             tasks = conn.execute(
-                "select run_id, step_slug, task_index from pgflow.start_tasks(%s, %s, %s, %s)",
+                "select run_id, step_slug, task_index, attempt"
+                " from pgflow.claim_tasks(%s, %s, %s, %s)",
                 (FLOW, ids, WORKER_ID, QUEUE),
             ).fetchall()
             if per_task:
-                for run_id, step_slug, task_index in tasks:
+                for run_id, step_slug, task_index, attempt in tasks:
                     conn.execute(
-                        "select 1 from pgflow.complete_task(%s, %s, %s, %s)",
-                        (run_id, step_slug, task_index, output),
+                        "select 1 from pgflow.complete_task(%s, %s, %s, %s, %s)",
+                        (run_id, step_slug, task_index, output, attempt),
                     )
             elif tasks:
                 conn.execute(
-                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[])",
+                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
                     (
                         [task[0] for task in tasks],
                         [task[1] for task in tasks],
                         [task[2] for task in tasks],
                         [output] * len(tasks),
+                        [task[3] for task in tasks],
                     ),
                 )
             done += len(tasks)

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sys
-import tomllib
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import psycopg
 
 from pgflow_gen import cli_ops, naming
+from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
 from pgflow_gen.errors import UsageError
@@ -215,41 +215,9 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_USAGE
 
 
-def _project_config(project: Path) -> dict[str, Any]:
-    """`[tool.pgflow-gen]` of the project's pyproject.toml (specs, out, package), if any."""
-    path = project / "pyproject.toml"
-    if not path.is_file():
-        return {}
-    try:
-        with path.open("rb") as handle:
-            config = tomllib.load(handle).get("tool", {}).get("pgflow-gen", {})
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path.name} is not valid TOML: {exc}.") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"[tool.pgflow-gen] in {path.name} is not a table.")
-    expected = {"specs": "a list of paths", "out": "a path", "package": "a Python package name"}
-    for key, value in config.items():
-        if key not in expected:
-            raise UsageError(
-                f'Unknown key "{key}" under [tool.pgflow-gen] in {path.name}.',
-                hint=f"Known keys: {', '.join(expected)}.",
-            )
-        valid = (
-            isinstance(value, list) and all(isinstance(item, str) for item in value)
-            if key == "specs"
-            else isinstance(value, str) and bool(value)
-        )
-        if not valid:
-            raise UsageError(
-                f"[tool.pgflow-gen] {key} in {path.name} must be {expected[key]}.",
-                detail=f"Got {value!r}.",
-            )
-    return config
-
-
 def _build(args: argparse.Namespace) -> int:
     project = Path.cwd()
-    config = _project_config(project)
+    config = project_module.config(project)
     paths = args.paths or [Path(p) for p in config.get("specs", [])]
     out = args.out or (Path(config["out"]) if "out" in config else None)
     if not paths or out is None:

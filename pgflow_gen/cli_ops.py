@@ -12,17 +12,22 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from pgflow_gen import project
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, database, errors
+from pgflow_gen.runtime import Client, Run, database, errors
+from pgflow_gen.runtime import client as client_module
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
+#: The most characters of an error a table cell shows (`status` prints the whole error below).
+NOTE_CHARS = 80
 
 
 def register(commands: Any, url_option: argparse.ArgumentParser) -> None:
@@ -40,7 +45,12 @@ def register(commands: Any, url_option: argparse.ArgumentParser) -> None:
 
     runs = commands.add_parser("runs", parents=[url_option], help="list recent runs")
     runs.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only runs of this flow")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument(
+        "--status",
+        choices=("started", "completed", "failed"),
+        help="only runs with this status (failed runs show their failed step and its error)",
+    )
+    runs.add_argument("--limit", type=int, default=20, help="most runs listed, newest first (20)")
     runs.set_defaults(handler=_runs)
 
     workers = commands.add_parser("workers", parents=[url_option], help="list workers")
@@ -115,9 +125,12 @@ def _start(args: argparse.Namespace) -> int:
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
     with _connect(args) as conn:
-        row = conn.execute(
-            "select run_id from pgflow.start_flow(%s, %s)", (args.flow_slug, Jsonb(run_input))
-        ).fetchone()
+        try:
+            row = conn.execute(
+                "select run_id from pgflow.start_flow(%s, %s)", (args.flow_slug, Jsonb(run_input))
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise client_module.engine_error(exc) from exc
     assert row is not None
     run_id: uuid.UUID = row["run_id"]
     print(f"started run {run_id} of {args.flow_slug}")
@@ -125,23 +138,50 @@ def _start(args: argparse.Namespace) -> int:
         return EXIT_OK
     client = Client(database.resolve_url(args.database_url))
     run = _wait_with_progress(client, run_id, args.timeout)
-    print(f"{run.status}: {json.dumps(run.output)}")
-    return EXIT_OK if run.status == "completed" else EXIT_FAILURE
+    if run.status == "completed":
+        print(f"completed: {json.dumps(run.output)}")
+        return EXIT_OK
+    failure = run.failure
+    print(f"failed: {failure.describe() if failure else 'no failed step recorded'}")
+    if failure is not None and failure.error and "\n" in failure.error:
+        details = failure.error.split("\n", 1)[1].strip("\n")
+        print("\n".join(f"  {line}" for line in details.splitlines()))
+    print(f"(the run and every step: pgflow-gen status {run_id})")
+    return EXIT_FAILURE
 
 
-def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Any:
+#: Without a terminal, --wait prints a progress line this often (seconds).
+PROGRESS_EVERY_S = 10
+
+
+def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Run[Any]:
     """Wait for the run (events, plus a read every second, which also works behind a
-    transaction pooler); a terminal shows the elapsed time."""
+    transaction pooler). Every second it checks that each step with queued tasks has a live
+    worker, and warns once per step that has none, saying how to start one. A terminal shows
+    the elapsed time; otherwise a progress line comes every PROGRESS_EVERY_S seconds."""
     started = time.monotonic()
     show = sys.stderr.isatty()
+    warned: set[str] = set()
+    run = client.get_run(run_id)
+    last_line = 0
 
     def tick() -> None:
+        nonlocal last_line
+        for step in run.unserved_steps():
+            if step.step_slug not in warned:
+                warned.add(step.step_slug)
+                if show:
+                    print(file=sys.stderr)
+                _warn_unserved(run.flow_slug, step)
+        elapsed = time.monotonic() - started
         if show:
-            elapsed = time.monotonic() - started
             print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
+        elif elapsed - last_line >= PROGRESS_EVERY_S:
+            last_line = int(elapsed)
+            print(f"waiting for run {run_id} ... {elapsed:.0f} s", file=sys.stderr)
 
     try:
-        return client.get_run(run_id).wait(timeout, every_second=tick)
+        return run.wait(timeout, every_second=tick)
     except TimeoutError:
         raise errors.PgflowError(
             f"Run {run_id} is still running after {timeout:g} s.",
@@ -152,16 +192,45 @@ def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> An
             print(file=sys.stderr)
 
 
+def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
+    command = project.worker_command(Path.cwd(), flow_slug, step.step_slug)
+    how = (
+        f"start it with `{command}`"
+        if command
+        else "start its worker (the generated entry file of the step; see the Procfile)"
+    )
+    print(
+        f'warning: step "{step.step_slug}" has {step.queued_tasks} queued task(s) and no live'
+        f" worker on queue {step.queue_name}; {how}",
+        file=sys.stderr,
+    )
+
+
 def _status(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         run = conn.execute("select * from pgflow.runs where run_id = %s", (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         steps = conn.execute(
-            "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks, ss.remaining_tasks,"
-            " coalesce(ss.error_message, ss.skip_reason) as note"
+            "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks,"
+            " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
+            " a.attempts, e.task_index, e.attempts_count, e.status as task_status, e.error_message"
             " from pgflow.step_states as ss"
             " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
+            " left join lateral ("
+            "   select max(t.attempts_count) as attempts from pgflow.step_tasks as t"
+            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
+            " ) as a on true"
+            # The latest error of the step's tasks: the failed one, or the last retried one.
+            " left join lateral ("
+            "   select t.task_index, t.attempts_count, t.status, t.error_message"
+            "   from pgflow.step_tasks as t"
+            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
+            "     and t.error_message is not null"
+            "   order by t.status = 'failed' desc,"
+            "     coalesce(t.failed_at, t.completed_at, t.started_at, t.queued_at) desc"
+            "   limit 1"
+            " ) as e on true"
             " where ss.run_id = %s order by s.step_index",
             (args.run_id,),
         ).fetchall()
@@ -177,13 +246,33 @@ def _status(args: argparse.Namespace) -> int:
     print()
     table(
         [
-            (s["step_slug"], s["status"], s["queue_name"], s["initial_tasks"], s["note"])
+            (s["step_slug"], s["status"], s["queue_name"], s["initial_tasks"], s["attempts"],
+             _first_line(s["note"], NOTE_CHARS))
             for s in steps
         ],
-        ["step", "status", "queue", "tasks", "note"],
+        ["step", "status", "queue", "tasks", "attempts", "note"],
         sys.stdout,
-    )
+    )  # fmt: skip
+    failed = [s for s in steps if s["error_message"] is not None]
+    if failed:
+        print("\nlast errors:")
+    for s in failed:
+        print(
+            f'  step "{s["step_slug"]}" task {s["task_index"]}, attempt {s["attempts_count"]}'
+            f" ({s['task_status']}): {_first_line(s['error_message'])}"
+        )
+        details = s["error_message"].split("\n", 1)[1:]
+        for line in "".join(details).strip("\n").splitlines():
+            print(f"    {line}")
     return EXIT_OK
+
+
+def _first_line(text: str | None, limit: int | None = None) -> str | None:
+    """The first line of a stored error (its `Type: message`), cut at `limit` characters."""
+    if text is None:
+        return None
+    line = text.split("\n", 1)[0]
+    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -193,17 +282,29 @@ def _runs(args: argparse.Namespace) -> int:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
         rows = conn.execute(
-            "select run_id, flow_slug, status, started_at,"
-            " coalesce(completed_at, failed_at) as ended from pgflow.runs"
-            " where %(flow)s::text is null or flow_slug = %(flow)s"
-            " order by started_at desc limit %(limit)s",
-            {"flow": args.flow_slug, "limit": args.limit},
+            "select r.run_id, r.flow_slug, r.status, r.started_at,"
+            " coalesce(r.completed_at, r.failed_at) as ended, f.step_slug as failed_step,"
+            " f.error_message"
+            " from pgflow.runs as r"
+            " left join lateral ("
+            "   select ss.step_slug, ss.error_message from pgflow.step_states as ss"
+            "   where ss.run_id = r.run_id and ss.status = 'failed'"
+            "   order by ss.failed_at limit 1"
+            " ) as f on true"
+            " where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
+            "   and (%(status)s::text is null or r.status = %(status)s)"
+            " order by r.started_at desc limit %(limit)s",
+            {"flow": args.flow_slug, "status": args.status, "limit": args.limit},
         ).fetchall()
     table(
-        [(r["run_id"], r["flow_slug"], r["status"], r["started_at"], r["ended"]) for r in rows],
-        ["run", "flow", "status", "started", "ended"],
+        [
+            (r["run_id"], r["flow_slug"], r["status"], r["started_at"], r["ended"],
+             r["failed_step"], _first_line(r["error_message"], NOTE_CHARS))
+            for r in rows
+        ],
+        ["run", "flow", "status", "started", "ended", "failed step", "error"],
         sys.stdout,
-    )
+    )  # fmt: skip
     return EXIT_OK
 
 

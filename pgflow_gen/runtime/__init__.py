@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing_extensions import TypedDict
 
 from pgflow_gen.naming import Route
-from pgflow_gen.runtime.client import Client, InvalidRunInputError, Run, RunNotFoundError
+from pgflow_gen.runtime.client import (
+    Client,
+    FlowNotFoundError,
+    InvalidRunInputError,
+    Run,
+    RunNotFoundError,
+    StepFailure,
+)
 from pgflow_gen.runtime.context import Context
 from pgflow_gen.runtime.flow import (
     Flow,
@@ -29,6 +36,7 @@ __all__ = [
     "Client",
     "Context",
     "Flow",
+    "FlowNotFoundError",
     "FlowOptions",
     "InvalidRunInputError",
     "Json",
@@ -37,6 +45,7 @@ __all__ = [
     "Run",
     "RunNotFoundError",
     "Step",
+    "StepFailure",
     "StepOptions",
     "StepQueuedFlow",
     "TypedDict",

@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import psycopg
 import pydantic
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime import database, errors
@@ -43,6 +43,48 @@ class RunNotFoundError(errors.PgflowError):
     code = "run_not_found"
 
 
+class FlowNotFoundError(errors.PgflowError):
+    """No flow of that slug is compiled in the database (compile it: run its worker once, or
+    apply its generated migration)."""
+
+    code = "flow_not_found"
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """Why a run failed: its first failed step, and the failed task's attempts and error.
+
+    `error` is what the engine stored: `Type: message` on its first line (`summary`), then the
+    handler's traceback when there was one. A step failed without a task failure (a condition
+    with `when_unmet: fail`, an output of the wrong type) has `task_index` None and 0 attempts.
+    """
+
+    step_slug: str
+    task_index: int | None
+    attempts: int
+    error: str | None
+
+    @property
+    def summary(self) -> str:
+        return (self.error or "no error message").split("\n", 1)[0]
+
+    def describe(self) -> str:
+        """One line: `step "greet" task 0, attempt 3: KeyError: 'name'`."""
+        where = f'step "{self.step_slug}"'
+        if self.task_index is not None:
+            where += f" task {self.task_index}, attempt {self.attempts}"
+        return f"{where}: {self.summary}"
+
+
+@dataclass(frozen=True)
+class UnservedStep:
+    """A step of a run with queued tasks and no live worker on its queue."""
+
+    step_slug: str
+    queue_name: str
+    queued_tasks: int
+
+
 @dataclass(frozen=True)
 class Run(Generic[OutputT]):
     """A run as last read from the database; `wait()` returns a fresher one."""
@@ -56,6 +98,8 @@ class Run(Generic[OutputT]):
     completed_at: datetime.datetime | None
     failed_at: datetime.datetime | None
     client: Client = field(repr=False, compare=False)
+    #: For a failed run: which step failed and why (None otherwise).
+    failure: StepFailure | None = None
 
     @property
     def finished(self) -> bool:
@@ -64,7 +108,8 @@ class Run(Generic[OutputT]):
     def wait(
         self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
     ) -> Run[OutputT]:
-        """Block until the run completes or fails, woken by the engine's notifications.
+        """Block until the run completes or fails, woken by the engine's notifications, and
+        return it; a failed run's `failure` says which step failed, its attempts and its error.
 
         With `every_second`, it is also called (and the run read again) once a second while the
         run goes on: a progress display, or a fallback where notifications do not arrive.
@@ -89,6 +134,20 @@ class Run(Generic[OutputT]):
                 for _event in conn.notifies(timeout=remaining, stop_after=1):
                     pass
 
+    def unserved_steps(self, freshness: float = 15.0) -> list[UnservedStep]:
+        """The steps of this run whose tasks are queued while no live worker (a heartbeat within
+        `freshness` seconds) serves their queue: the run cannot go on until one starts."""
+        with self.client.connect() as conn, conn.cursor(row_factory=class_row(UnservedStep)) as cur:
+            return cur.execute(
+                "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
+                " from pgflow.step_tasks as t"
+                " join pgflow.queue_coverage(make_interval(secs => %s)) as c"
+                "   on c.flow_slug = t.flow_slug and c.step_slug = t.step_slug"
+                " where t.run_id = %s and t.status = 'queued' and not c.covered"
+                " group by t.step_slug, t.queue_name, c.step_index order by c.step_index",
+                (freshness, self.run_id),
+            ).fetchall()
+
 
 class Client:
     """Starts and reads runs. The database: `database_url`, else the environment (see docs)."""
@@ -101,7 +160,14 @@ class Client:
         return database.resolve_url(self._database_url)
 
     def connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, autocommit=True)
+        try:
+            return psycopg.connect(self.url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise errors.DatabaseError(
+                "Cannot connect to the database.",
+                detail=str(exc).strip(),
+                hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL is up.",
+            ) from exc
 
     @overload
     def start_flow(
@@ -128,14 +194,21 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
     ) -> Run[Any]:
-        """Validate `input` against the flow's input type, then start a run of it."""
+        """Validate `input` against the flow's input type, then start a run of it.
+
+        Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
+        compiled in the database, DatabaseError for anything else the database refuses.
+        """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         validate_input(plain, input)
         with self.connect() as conn:
-            row = conn.execute(
-                "select run_id from pgflow.start_flow(%s, %s, %s)",
-                (plain.slug, Jsonb(input), run_id),
-            ).fetchone()
+            try:
+                row = conn.execute(
+                    "select run_id from pgflow.start_flow(%s, %s, %s)",
+                    (plain.slug, Jsonb(input), run_id),
+                ).fetchone()
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
             if row is None:
                 raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{plain.slug}".')
             return self.read_run(conn, row[0])
@@ -153,7 +226,38 @@ class Client:
             ).fetchone()
         if row is None:
             raise RunNotFoundError(f"Run {run_id} does not exist.")
-        return Run(**row, client=self)
+        failure = read_failure(conn, run_id) if row["status"] == "failed" else None
+        return Run(**row, client=self, failure=failure)
+
+
+def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailure | None:
+    """The first failed step of a run, with its failed task's attempts and error."""
+    with conn.cursor(row_factory=class_row(StepFailure)) as cur:
+        return cur.execute(
+            "select ss.step_slug, t.task_index, coalesce(t.attempts_count, 0) as attempts,"
+            " coalesce(t.error_message, ss.error_message) as error"
+            " from pgflow.step_states as ss"
+            " left join lateral ("
+            "   select * from pgflow.step_tasks as t"
+            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'failed'"
+            "   order by t.failed_at, t.task_index limit 1"
+            " ) as t on true"
+            " where ss.run_id = %s and ss.status = 'failed'"
+            " order by ss.failed_at limit 1",
+            (run_id,),
+        ).fetchone()
+
+
+def engine_error(exc: psycopg.Error) -> errors.PgflowError:
+    """The typed error for what the engine refused, keeping its message, detail and hint."""
+    diag = exc.diag
+    message = diag.message_primary or str(exc).strip()
+    kind: type[errors.PgflowError] = errors.DatabaseError
+    if isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
+        kind = FlowNotFoundError
+    elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
+        kind = InvalidRunInputError
+    return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 
 
 def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:

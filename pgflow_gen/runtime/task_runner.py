@@ -9,11 +9,14 @@ import functools
 import inspect
 import json
 import logging
+import os
 import threading
+import traceback
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -40,13 +43,29 @@ class ClaimedTask:
     timeout: int
 
 
+#: The most characters of a failure the engine stores: the exception's type and message (at
+#: most MAX_SUMMARY_CHARS), then as much of the end of its traceback as fits.
+MAX_ERROR_CHARS = 8192
+MAX_SUMMARY_CHARS = 1024
+# Frames of the machinery that calls a handler, left out of the tracebacks users read.
+_MACHINERY = (__file__, f"{os.sep}concurrent{os.sep}futures{os.sep}", f"{os.sep}asyncio{os.sep}")
+
+
 @dataclass(frozen=True)
 class Report:
-    """A finished handler: `error` is None for success (then `output` completes the task)."""
+    """A finished handler: `error` is None for success (then `output` completes the task).
+
+    A failure's `error` opens with one line, the exception's type and message (`summary`), and
+    may go on with the traceback of the handler's code.
+    """
 
     task: ClaimedTask
     output: Any = None
     error: str | None = None
+
+    @property
+    def summary(self) -> str | None:
+        return None if self.error is None else self.error.split("\n", 1)[0]
 
 
 async def run_task(
@@ -103,7 +122,7 @@ async def run_task(
         # The handler itself was cancelled (say, a future it awaited): that is its failure.
         return Report(task, error="CancelledError: the handler was cancelled")
     except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
-        return Report(task, error=_describe(exc))
+        return Report(task, error=describe_failure(exc))
     finally:
         if lazy.opened:
             await loop.run_in_executor(executor, lazy.close)
@@ -113,9 +132,29 @@ async def run_task(
     return Report(task, output=result)
 
 
-def _describe(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+def describe_failure(exc: BaseException) -> str:
+    """What the engine stores for a handler's exception: `Type: message` on the first line (the
+    message's lines joined, cut at MAX_SUMMARY_CHARS), a blank line, then the traceback from the
+    handler's own code on, its end kept when it is long; at most MAX_ERROR_CHARS in all. No
+    local variables, so the task's input or output appear only where the message quotes them.
+    """
+    message = " ".join(str(exc).split("\n")).strip()
+    summary = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    if len(summary) > MAX_SUMMARY_CHARS:
+        summary = summary[: MAX_SUMMARY_CHARS - 3] + "..."
+    trace = "".join(traceback.format_exception(type(exc), exc, _handler_frames(exc.__traceback__)))
+    room = MAX_ERROR_CHARS - len(summary) - 2
+    if len(trace) > room:
+        keep = room - 60
+        trace = f"... ({len(trace) - keep} characters of the traceback left out)\n" + trace[-keep:]
+    return f"{summary}\n\n{trace.rstrip()}"
+
+
+def _handler_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame that is not the machinery calling the handler."""
+    while tb is not None and any(part in tb.tb_frame.f_code.co_filename for part in _MACHINERY):
+        tb = tb.tb_next
+    return tb
 
 
 def _json_problem(value: Any) -> str | None:

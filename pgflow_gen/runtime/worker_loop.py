@@ -455,11 +455,13 @@ class Worker:
         if not running.cancelled():
             report = running.result()
             if report.error is not None:
-                self.log.info(
-                    "task %s/%s[%d] failed: %s",
+                # The error opens with `Type: message`, then the handler's traceback.
+                self.log.warning(
+                    "task %s/%s[%d] attempt %d failed: %s",
                     report.task.run_id,
                     report.task.step_slug,
                     report.task.task_index,
+                    report.task.attempt,
                     report.error,
                 )
             self._reports.append(report)

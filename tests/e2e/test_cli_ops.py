@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from pgflow_gen import cli
-from tests.e2e.harness import Db, Workers
+from tests.e2e.harness import PROJECT, Db, Workers
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str]:
@@ -101,12 +101,9 @@ def test_start_reports_bad_input_and_unknown_flows(
     assert (code, out.splitlines()[0]) == (2, "error: --input is not JSON: Expecting property"
                                            " name enclosed in double quotes: line 1 column 2"
                                            " (char 1)")  # fmt: skip
-    code, out = run_cli(capsys, db_url, "start", "missingFlow")
-    assert code == 1
-    assert "missingFlow" in out
 
 
-def test_a_failed_run_makes_start_wait_exit_1(
+def test_a_failed_run_makes_start_wait_say_where_and_why_and_exit_1(
     workers: Workers, db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for entry in ("first", "second", "side"):
@@ -115,5 +112,69 @@ def test_a_failed_run_makes_start_wait_exit_1(
         capsys, db_url, "start", "e2eSteps", "--input", '{"n": 1, "fail_first": 9}', "--wait"
     )
     assert code == 1
-    assert "failed: null" in out
+    run_id = out.split()[2]
+    # stdout, then stderr's progress lines (one every 10 s without a terminal)
+    lines = [line for line in out.splitlines() if not line.startswith("waiting for run ")]
+    failed = lines.index(
+        'failed: step "first" task 0, attempt 4: RuntimeError: planned failure on attempt 4'
+    )
+    assert lines[failed + 1] == "  Traceback (most recent call last):"
+    assert lines[-2] == "  RuntimeError: planned failure on attempt 4"
+    assert lines[-1] == f"(the run and every step: pgflow-gen status {run_id})"
     assert db.value("select count(*) from pgflow.runs where status = 'failed'") == 1
+
+    code, out = run_cli(capsys, db_url, "status", run_id)
+    assert code == 0
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.startswith(("first ", "second ", "side "))
+    }
+    assert rows["first"][:5] == ["first", "failed", "e2esteps__first", "1", "4"]
+    assert " ".join(rows["first"][5:]) == "RuntimeError: planned failure on attempt 4"
+    assert out.split("last errors:\n", 1)[1].splitlines()[:2] == [
+        '  step "first" task 0, attempt 4 (failed): RuntimeError: planned failure on attempt 4',
+        "    Traceback (most recent call last):",
+    ]
+
+    code, out = run_cli(capsys, db_url, "runs", "--status", "failed")
+    assert code == 0
+    [row] = [line for line in out.splitlines() if line.startswith(run_id)]
+    assert row.split()[2] == "failed"
+    assert row.endswith("first        RuntimeError: planned failure on attempt 4")
+    code, out = run_cli(capsys, db_url, "runs", "--status", "completed")
+    assert run_id not in out
+
+
+def test_start_wait_says_at_once_which_step_has_no_worker_and_how_to_start_it(
+    workers: Workers,
+    db: Db,
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(PROJECT)  # where the generated Procfile is found
+    workers.start("e2e_steps", "first").started()
+    workers.start("e2e_steps", "side").started()
+    code, out = run_cli(
+        capsys, db_url, "start", "e2eSteps", "--input", '{"n": 1}', "--wait", "--timeout", "5"
+    )
+    assert code == 1
+    assert (
+        'warning: step "second" has 1 queued task(s) and no live worker on queue'
+        " e2esteps__second; start it with"
+        " `python -m app.pgflow.workers.e2e_steps.second`"
+    ) in out
+    assert out.count("warning:") == 1  # once per step, and only for the unserved one
+    assert "is still running after 5 s." in out
+
+
+def test_start_of_a_flow_that_is_not_compiled_is_a_typed_error(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_cli(capsys, db_url, "start", "missingFlow")
+    assert code == 1
+    assert out.splitlines() == [
+        'error: Flow "missingFlow" does not exist.',
+        "HINT: Check the slug (it is case-sensitive) or compile the flow first.",
+    ]

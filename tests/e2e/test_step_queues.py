@@ -61,10 +61,18 @@ def test_retries_then_success(workers: Workers, db: Db) -> None:
     run = db.finished(run_id)
     assert run["status"] == "completed"
     task = db.task(run_id, "first")
-    assert (task["attempts_count"], task["error_message"]) == (
-        2,
-        "RuntimeError: planned failure on attempt 1",
+    assert task["attempts_count"] == 2
+    summary, blank, traceback = task["error_message"].split("\n", 2)
+    assert (summary, blank) == ("RuntimeError: planned failure on attempt 1", "")
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert 'app/handlers.py", line ' in traceback  # where the handler raised
+    assert traceback.endswith("RuntimeError: planned failure on attempt 1")
+    # The worker logged it at WARNING, with the traceback.
+    log = workers.started[0].log()
+    assert (
+        f"WARNING pgflow_gen.worker: task {run_id}/first[0] attempt 1 failed: RuntimeError:" in log
     )
+    assert 'raise RuntimeError(f"planned failure on attempt {ctx.attempt}")' in log
 
 
 def test_a_blocked_step_does_not_starve_another_steps_ready_work(

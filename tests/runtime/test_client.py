@@ -14,11 +14,14 @@ from typing_extensions import TypedDict
 from pgflow_gen.runtime import (
     Client,
     Flow,
+    FlowNotFoundError,
     InvalidRunInputError,
     RunNotFoundError,
     Step,
+    StepFailure,
     with_step_queues,
 )
+from pgflow_gen.runtime.errors import DatabaseError
 from tests.engine import Engine
 
 
@@ -100,3 +103,56 @@ def test_wait_gives_up_after_its_timeout(client: Client) -> None:
 def test_an_unknown_run_is_an_error(client: Client) -> None:
     with pytest.raises(RunNotFoundError):
         client.get_run(uuid.uuid4())
+
+
+def test_a_flow_that_is_not_compiled_is_a_typed_error_with_the_engines_hint(
+    db_url: str,
+) -> None:
+    with pytest.raises(FlowNotFoundError) as raised:
+        Client(db_url).start_flow(FLOW, ADA)
+    assert raised.value.message == 'Flow "greetUser" does not exist.'
+    assert raised.value.hint == "Check the slug (it is case-sensitive) or compile the flow first."
+
+
+def test_an_unreachable_database_is_a_database_error() -> None:
+    with pytest.raises(DatabaseError, match="Cannot connect to the database"):
+        Client("postgresql://nobody@127.0.0.1:1/x?connect_timeout=2").start_flow(FLOW, ADA)
+
+
+def test_a_failed_run_says_which_step_failed_after_how_many_attempts_and_why(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("update pgflow.flows set opt_max_attempts = 2, opt_base_delay = 0")
+    run = client.start_flow(FLOW, ADA)
+    engine = Engine(conn)
+    for attempt in (1, 2):
+        [task] = engine.poll("greetUser")
+        error = f"KeyError: 'first'\n\nTraceback (most recent call last):\n  attempt {attempt}"
+        engine.fail(task, error, fenced=True)
+
+    done = run.wait(timeout=30)
+
+    assert done.status == "failed"
+    assert done.failure == StepFailure(
+        step_slug="fullName",
+        task_index=0,
+        attempts=2,
+        error="KeyError: 'first'\n\nTraceback (most recent call last):\n  attempt 2",
+    )
+    assert done.failure.describe() == "step \"fullName\" task 0, attempt 2: KeyError: 'first'"
+    assert client.get_run(run.run_id).failure == done.failure
+    assert client.start_flow(FLOW, ADA).failure is None
+
+
+def test_unserved_steps_are_the_ones_with_queued_tasks_and_no_live_worker(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    run = client.start_flow(FLOW, ADA)
+    [unserved] = run.unserved_steps()
+    assert (unserved.step_slug, unserved.queue_name, unserved.queued_tasks) == (
+        "fullName",
+        "greetuser",
+        1,
+    )
+    Engine(conn).register("greetuser")  # a live worker on the queue
+    assert run.unserved_steps() == []

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
+from pgflow_gen.runtime.task_runner import (
+    MAX_ERROR_CHARS,
+    MAX_SUMMARY_CHARS,
+    ClaimedTask,
+    Handler,
+    Report,
+    run_task,
+)
 
 
 def task(input: Any = None, flow_input: Any = None) -> ClaimedTask:
@@ -54,11 +61,56 @@ def test_other_steps_get_their_assembled_input() -> None:
     assert (report.output, report.error) == ({"dep": 2}, None)
 
 
-def test_an_exception_becomes_the_error_with_its_type_and_message() -> None:
+def test_an_exception_becomes_the_error_with_its_type_message_and_traceback() -> None:
     def boom(value: Any, ctx: Any, /) -> Any:
         raise ValueError("no good")
 
-    assert run(boom, task(), root=False).error == "ValueError: no good"
+    report = run(boom, task(), root=False)
+    assert report.summary == "ValueError: no good"
+    assert report.error is not None
+    lines = report.error.splitlines()
+    assert lines[:3] == ["ValueError: no good", "", "Traceback (most recent call last):"]
+    # The traceback starts in the handler's own code, not in the worker's machinery.
+    assert lines[3].startswith(f'  File "{__file__}", line ')
+    assert lines[3].endswith(", in boom")
+    assert lines[4:] == ['    raise ValueError("no good")', "ValueError: no good"]
+
+
+@pytest.mark.parametrize("handler_is_async", [False, True])
+def test_the_stored_error_never_holds_the_input_and_is_bounded(handler_is_async: bool) -> None:
+    # Alternating frames, which Python does not fold into "[Previous line repeated ...]".
+    def deep(value: Any, depth: int) -> Any:
+        return deeper(value, depth - 1) if depth else value["name"]  # KeyError: 'name'
+
+    def deeper(value: Any, depth: int) -> Any:
+        return deep(value, depth - 1)
+
+    def sync_handler(value: Any, ctx: Any, /) -> Any:
+        return deep(value, 400)
+
+    async def async_handler(value: Any, ctx: Any, /) -> Any:
+        return deep(value, 400)
+
+    handler = async_handler if handler_is_async else sync_handler
+    report = run(handler, task(input={"password": "hunter2"}), root=False)
+    assert report.error is not None
+    assert report.summary == "KeyError: 'name'"
+    assert "hunter2" not in report.error
+    assert len(report.error) <= MAX_ERROR_CHARS
+    assert "characters of the traceback left out" in report.error
+    assert report.error.endswith("KeyError: 'name'")  # the end of the traceback is kept
+
+
+def test_a_long_message_is_cut_to_one_summary_line() -> None:
+    def loud(value: Any, ctx: Any, /) -> Any:
+        raise RuntimeError("line one\n" + "x" * 100_000)
+
+    report = run(loud, task(), root=False)
+    assert report.error is not None
+    assert report.summary is not None
+    assert report.summary.startswith("RuntimeError: line one xxx")
+    assert len(report.summary) == MAX_SUMMARY_CHARS
+    assert len(report.error) <= MAX_ERROR_CHARS
 
 
 def test_a_non_json_output_fails_clearly() -> None:
@@ -90,4 +142,4 @@ def test_sys_exit_in_a_handler_fails_its_task() -> None:
     def leave(value: Any, ctx: Any, /) -> Any:
         raise SystemExit(3)
 
-    assert run(leave, task(), root=False).error == "SystemExit: 3"
+    assert run(leave, task(), root=False).summary == "SystemExit: 3"
