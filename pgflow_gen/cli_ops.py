@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen import project
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, Run, database, errors
+from pgflow_gen.runtime import Client, Run, database, errors, inputs
 from pgflow_gen.runtime import client as client_module
 
 EXIT_OK = 0
@@ -125,6 +125,7 @@ def _start(args: argparse.Namespace) -> int:
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
     with _connect(args) as conn:
+        _check_input(conn, args.flow_slug, run_input)
         try:
             row = conn.execute(
                 "select run_id from pgflow.start_flow(%s, %s)", (args.flow_slug, Jsonb(run_input))
@@ -148,6 +149,25 @@ def _start(args: argparse.Namespace) -> int:
         print("\n".join(f"  {line}" for line in details.splitlines()))
     print(f"(the run and every step: pgflow-gen status {run_id})")
     return EXIT_FAILURE
+
+
+def _check_input(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, value: Any) -> None:
+    """Check the input against the flow's stored input schema before anything is written; a
+    mismatch is a usage error (exit 2). A flow compiled without a schema (by a worker older than
+    engine 0006, or on such an engine) is not checked here; the engine still checks the shape it
+    needs (an array for a root map)."""
+    # to_jsonb reads the column without naming it, so an engine before 0006 reads null.
+    row = conn.execute(
+        "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f"
+        " where f.flow_slug = %s",
+        (flow_slug,),
+    ).fetchone()
+    if row is None or row["schema"] is None:
+        return
+    try:
+        inputs.check(flow_slug, row["schema"], value)
+    except errors.InvalidRunInputError as exc:
+        raise UsageError(exc.message, detail=exc.detail, hint=exc.hint) from None
 
 
 #: Without a terminal, --wait prints a progress line this often (seconds).

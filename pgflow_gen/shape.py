@@ -9,7 +9,7 @@ from typing import Any
 
 def pattern(value: Mapping[str, Any] | None) -> dict[str, Any]:
     """A condition pattern: SQL NULL (absent) and JSON null stay distinguishable."""
-    return {"defined": False} if value is None else {"defined": True, "value": _plain(value)}
+    return {"defined": False} if value is None else {"defined": True, "value": plain(value)}
 
 
 def step(
@@ -50,18 +50,25 @@ def step(
 
 
 def flow(
-    steps: Sequence[dict[str, Any]], *, max_attempts: int, base_delay: int, timeout: int
+    steps: Sequence[dict[str, Any]],
+    *,
+    max_attempts: int,
+    base_delay: int,
+    timeout: int,
+    input_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The whole shape. The input schema is stored with the flow (engine 0006), not compared."""
     return {
         "steps": list(steps),
         "options": {"maxAttempts": max_attempts, "baseDelay": base_delay, "timeout": timeout},
+        **({"inputSchema": plain(input_schema)} if input_schema is not None else {}),
     }
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Read-only mappings and tuples back to JSON objects and arrays."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

@@ -76,6 +76,8 @@ class FlowView:
     step_slug_members: tuple[str, ...]
     all_names: tuple[str, ...]
     flow_options: str
+    #: `input_schema={...},` for the Flow(...) call (its first line; the rest indented), or None.
+    input_schema_arg: str | None
     max_concurrent: int
     shape_json: str
     route_map_json: str | None
@@ -189,11 +191,17 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
     runtime_imports += ["run_main", "start_worker"]
 
+    input_schema = (
+        None
+        if spec.input is None
+        else spec.input.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    )
     flow_shape = shapes.flow(
         [_shape_step(s, _dependencies(s)) for s in spec.steps],
         max_attempts=spec.options.max_attempts,
         base_delay=spec.options.base_delay,
         timeout=spec.options.timeout,
+        input_schema=input_schema,
     )
     route_map = naming.route_map(routes) if spec.queue_mode == "step" else None
     return FlowView(
@@ -235,6 +243,11 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         flow_options=(
             f"FlowOptions(max_attempts={spec.options.max_attempts},"
             f" base_delay={spec.options.base_delay}, timeout={spec.options.timeout})"
+        ),
+        input_schema_arg=None
+        if input_schema is None
+        else layout.text(
+            layout.Pair("input_schema", "=", literals.value(input_schema)), indent=4, suffix=","
         ),
         max_concurrent=spec.workers.max_concurrent,
         shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),

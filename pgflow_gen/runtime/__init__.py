@@ -14,12 +14,12 @@ from pgflow_gen.naming import Route
 from pgflow_gen.runtime.client import (
     Client,
     FlowNotFoundError,
-    InvalidRunInputError,
     Run,
     RunNotFoundError,
     StepFailure,
 )
 from pgflow_gen.runtime.context import Context
+from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import (
     Flow,
     FlowOptions,

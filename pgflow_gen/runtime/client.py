@@ -23,7 +23,9 @@ from psycopg import sql
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import database, errors
+from pgflow_gen import shape as shapes
+from pgflow_gen.runtime import database, errors, inputs
+from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
@@ -31,12 +33,6 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 RunStatus = Literal["started", "completed", "failed"]
-
-
-class InvalidRunInputError(errors.PgflowError):
-    """A run input that does not match the flow's input type; nothing was written."""
-
-    code = "invalid_run_input"
 
 
 class RunNotFoundError(errors.PgflowError):
@@ -256,27 +252,28 @@ def engine_error(exc: psycopg.Error) -> errors.PgflowError:
     if isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
         kind = FlowNotFoundError
     elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
-        kind = InvalidRunInputError
+        kind = errors.InvalidRunInputError
     return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 
 
 def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:
-    """Raise InvalidRunInputError, naming the offending field, unless `value` fits the flow."""
+    """Raise InvalidRunInputError, naming the offending value's JSON path, unless `value` fits
+    the flow: JSON, then its input JSON Schema (as `pgflow-gen start` checks it), then its
+    `Input` type (pydantic, strict)."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidRunInputError(
             f'The input of flow "{flow.slug}" is not JSON-serialisable: {exc}.'
         ) from exc
+    if flow.input_schema is not None:
+        inputs.check(flow.slug, shapes.plain(flow.input_schema), value)
     if flow.input_type is None:
         return
     try:
         _adapter(flow.input_type).validate_python(value, strict=True)
     except pydantic.ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(part) for part in error['loc']) or '(input)'}: {error['msg']}"
-            for error in exc.errors()
-        ]
+        problems = [f"{inputs.json_path(error['loc'])}: {error['msg']}" for error in exc.errors()]
         raise InvalidRunInputError(
             f'Invalid input for flow "{flow.slug}": {problems[0]}.',
             detail="; ".join(problems),

@@ -11,6 +11,7 @@ __all__ = [
     "FlowMismatchError",
     "FlowRoutingMismatchError",
     "FlowShapeMismatchError",
+    "InvalidRunInputError",
     "MigrationError",
     "PgflowError",
 ]
@@ -51,3 +52,9 @@ class FlowRoutingMismatchError(FlowMismatchError):
     """The queue mode or a step's queue route differs."""
 
     code = "flow_routing_mismatch"
+
+
+class InvalidRunInputError(PgflowError):
+    """A run input that does not match the flow's input type or schema; nothing was written."""
+
+    code = "invalid_run_input"

@@ -108,9 +108,14 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
     options: FlowOptions = field(default_factory=FlowOptions)
     #: The run input's type (the generated `Input`), used to validate inputs before a run starts.
     input_type: object = field(default=None, compare=False)
+    #: The input's JSON Schema as the spec declares it: stored with the flow when it is compiled,
+    #: so `pgflow-gen start` can check inputs too; read-only.
+    input_schema: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        if self.input_schema is not None:
+            object.__setattr__(self, "input_schema", _frozen(self.input_schema))
         naming.check_flow_slug(self.slug)
         naming.check_step_slugs(self.slug, [step.slug for step in self.steps])
 
@@ -125,6 +130,7 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
             max_attempts=self.options.max_attempts,
             base_delay=self.options.base_delay,
             timeout=self.options.timeout,
+            input_schema=self.input_schema,
         )
 
     def shape_json(self) -> str:

@@ -104,6 +104,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="benchChain",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]},
     steps=(
         Step(
             slug="one",

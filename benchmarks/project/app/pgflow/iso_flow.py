@@ -80,6 +80,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="isoFlow",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={"type": "array", "items": {"type": "integer"}},
     steps=(
         Step(
             slug="slow",

@@ -132,6 +132,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="communityThreadsV1",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"thread_id": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["thread_id", "text"],
+    },
     steps=(
         Step(
             slug="classify",

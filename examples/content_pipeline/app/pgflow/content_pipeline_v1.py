@@ -116,6 +116,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="contentPipelineV1",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={"type": "array", "items": {"type": "string", "description": "A page URL."}},
     steps=(
         Step(
             slug="fetchPages",

@@ -85,6 +85,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="greetUser",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"first": {"type": "string"}, "last": {"type": "string"}},
+        "required": ["first", "last"],
+    },
     steps=(
         Step(
             slug="fullName",

@@ -37,6 +37,12 @@ begin
       using errcode = '22023';
   end if;
 
+  if shape ? 'inputSchema' and jsonb_typeof(shape -> 'inputSchema') is distinct from 'object' then
+    raise exception 'Invalid flow shape: "inputSchema" must be a JSON Schema object, got %.',
+      jsonb_typeof(shape -> 'inputSchema')
+      using errcode = '22023';
+  end if;
+
   -- Options must be whole numbers (flow options, then each step's).
   for v_option in
     select o.key, o.value from jsonb_each(coalesce(shape -> 'options', '{}')) as o

@@ -3,7 +3,8 @@
 -- difference recompiles only in a local database (pgflow.local = on), else reports a mismatch of
 -- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
 -- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
--- step mode). Takes the flow's definition lock; any failure rolls back everything.
+-- step mode). A shape's "inputSchema" is stored with the flow when it is compiled, recompiled
+-- or verified (not compared). Takes the flow's definition lock; any failure rolls back everything.
 create function pgflow.ensure_flow_compiled(
   flow_slug text,
   shape jsonb,
@@ -47,6 +48,7 @@ begin
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
   if not found then
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
     return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
 
@@ -70,6 +72,7 @@ begin
     );
   end if;
   if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
+    perform pgflow._store_input_schema(flow_slug, shape);
     return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
   v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
@@ -81,6 +84,7 @@ begin
       case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
     perform pgflow.delete_flow_and_data(flow_slug);
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
       'differences', to_jsonb(v_differences));
   end if;

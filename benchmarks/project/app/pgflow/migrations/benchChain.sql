@@ -6,6 +6,17 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'benchChain',
     '{
+  "inputSchema": {
+    "properties": {
+      "i": {
+        "type": "integer"
+      }
+    },
+    "required": [
+      "i"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

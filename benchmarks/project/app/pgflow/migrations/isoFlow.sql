@@ -6,6 +6,12 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'isoFlow',
     '{
+  "inputSchema": {
+    "items": {
+      "type": "integer"
+    },
+    "type": "array"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

@@ -6,6 +6,21 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'communityThreadsV1',
     '{
+  "inputSchema": {
+    "properties": {
+      "text": {
+        "type": "string"
+      },
+      "thread_id": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "thread_id",
+      "text"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

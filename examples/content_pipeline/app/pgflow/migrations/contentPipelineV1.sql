@@ -6,6 +6,13 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'contentPipelineV1',
     '{
+  "inputSchema": {
+    "items": {
+      "description": "A page URL.",
+      "type": "string"
+    },
+    "type": "array"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

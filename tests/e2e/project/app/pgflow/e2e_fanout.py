@@ -130,6 +130,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="e2eFanout",
     options=FlowOptions(max_attempts=3, base_delay=1, timeout=5),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["numbers"],
+    },
     steps=(
         Step(
             slug="pick",

@@ -81,6 +81,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="e2ePlain",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "required": ["name"],
+    },
     steps=(
         Step(
             slug="shout",

@@ -104,6 +104,15 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="e2eSteps",
     options=FlowOptions(max_attempts=4, base_delay=1, timeout=5),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "gate": {"type": "string"},
+            "fail_first": {"type": "integer"},
+        },
+        "required": ["n"],
+    },
     steps=(
         Step(
             slug="first",

@@ -91,6 +91,16 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="awkwardValues",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {
+            "__secret": {"type": "string"},
+            "\u210c": {"type": "integer"},
+            "l": {"type": ["null", "string"]},
+            "quoted": {"enum": ['say "hi"', "it's", 9223372036854775807, -9223372036854775808]},
+        },
+        "required": ["__secret"],
+    },
     steps=(
         Step(
             slug="a2",

@@ -146,6 +146,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="routeTicketV2",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}, "vip": {"type": "boolean"}},
+        "required": ["text"],
+    },
     steps=(
         Step(
             slug="classify",

@@ -40,5 +40,6 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="placeholderEnum",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={"enum": ["a", "b", None, "Json", "NotRequired[x]"]},
     steps=(),
 )

@@ -81,6 +81,24 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="typedShapes",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {
+            "user-id": {"type": "integer"},
+            "address": {"$ref": "#/$defs/Address"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"anyOf": [{"const": "fast"}, {"const": "slow"}, {"type": "integer"}]},
+            "extra": {"type": "object", "additionalProperties": {"type": "boolean"}},
+        },
+        "required": ["user-id"],
+        "$defs": {
+            "Address": {
+                "type": "object",
+                "properties": {"street": {"type": "string"}, "zip": {"type": ["string", "null"]}},
+                "required": ["street"],
+            }
+        },
+    },
     steps=(
         Step(
             slug="store",

@@ -143,6 +143,62 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="longLines",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {
+            "route": {
+                "enum": [
+                    "help",
+                    "spam",
+                    "other",
+                    "billing",
+                    "sales",
+                    "support",
+                    "legal",
+                    "security",
+                    "partnerships",
+                    "press",
+                ]
+            },
+            "maybeRoute": {
+                "anyOf": [
+                    {
+                        "enum": [
+                            "help",
+                            "spam",
+                            "other",
+                            "billing",
+                            "sales",
+                            "support",
+                            "legal",
+                            "security",
+                            "partnerships",
+                        ]
+                    },
+                    {"type": "null"},
+                ]
+            },
+            "deeplyNestedConfiguration": {
+                "type": "object",
+                "properties": {
+                    "notificationPreferences": {
+                        "type": "object",
+                        "properties": {
+                            "channelsForEveryKindOfEvent": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {"name": {"type": "string"}},
+                                },
+                            }
+                        },
+                    }
+                },
+            },
+            "quoted": {"enum": ['say "hi"', "it's", "both \" and ' here", "plain"]},
+        },
+        "required": ["route"],
+    },
     steps=(
         Step(
             slug="classify",

@@ -112,6 +112,14 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="resizeImages",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
     steps=(
         Step(
             slug="load",

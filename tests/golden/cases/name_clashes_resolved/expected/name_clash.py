@@ -243,6 +243,20 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="nameClash",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "description": 'The "run" input \\d with a backslash.',
+        "properties": {
+            "output": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            "a_b": {"type": "object", "properties": {"v": {"type": "string"}}},
+            "aB": {"type": "object", "properties": {"w": {"type": "string"}}},
+            "": {"type": "object", "properties": {"empty": {"type": "boolean"}}},
+            "str": {"type": "string"},
+            "class": {"type": "integer"},
+            "type": {"type": "string"},
+        },
+        "required": ["output", "str"],
+    },
     steps=(
         Step(
             slug="input",

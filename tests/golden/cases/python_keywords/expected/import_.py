@@ -97,6 +97,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="import",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "object",
+        "properties": {"class": {"type": "string"}, "from-date": {"type": "string"}},
+        "required": ["class"],
+    },
     steps=(
         Step(
             slug="class",

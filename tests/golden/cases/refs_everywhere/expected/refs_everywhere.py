@@ -134,6 +134,19 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="refsEverywhere",
     options=FlowOptions(max_attempts=3, base_delay=5, timeout=60),
     input_type=Input,
+    input_schema={
+        "type": "array",
+        "items": {"$ref": "#/$defs/Item"},
+        "$defs": {
+            "Item": {
+                "type": "object",
+                "properties": {"tag": {"$ref": "#/$defs/Tag"}, "child": {"$ref": "#/$defs/Child"}},
+                "required": ["tag"],
+            },
+            "Child": {"anyOf": [{"$ref": "#/$defs/Tag"}, {"type": "null"}]},
+            "Tag": {"enum": ["a", "b"]},
+        },
+    },
     steps=(
         Step(
             slug="each",

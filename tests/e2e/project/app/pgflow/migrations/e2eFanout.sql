@@ -6,6 +6,20 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'e2eFanout',
     '{
+  "inputSchema": {
+    "properties": {
+      "numbers": {
+        "items": {
+          "type": "integer"
+        },
+        "type": "array"
+      }
+    },
+    "required": [
+      "numbers"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 1,
     "maxAttempts": 3,

@@ -6,6 +6,17 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'e2ePlain',
     '{
+  "inputSchema": {
+    "properties": {
+      "name": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "name"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

@@ -6,6 +6,23 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'e2eSteps',
     '{
+  "inputSchema": {
+    "properties": {
+      "fail_first": {
+        "type": "integer"
+      },
+      "gate": {
+        "type": "string"
+      },
+      "n": {
+        "type": "integer"
+      }
+    },
+    "required": [
+      "n"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 1,
     "maxAttempts": 4,

@@ -6,6 +6,34 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'awkwardValues',
     '{
+  "inputSchema": {
+    "properties": {
+      "__secret": {
+        "type": "string"
+      },
+      "l": {
+        "type": [
+          "null",
+          "string"
+        ]
+      },
+      "quoted": {
+        "enum": [
+          "say \"hi\"",
+          "it''s",
+          9223372036854775807,
+          -9223372036854775808
+        ]
+      },
+      "\u210c": {
+        "type": "integer"
+      }
+    },
+    "required": [
+      "__secret"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

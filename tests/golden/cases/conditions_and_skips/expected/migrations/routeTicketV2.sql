@@ -6,6 +6,20 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'routeTicketV2',
     '{
+  "inputSchema": {
+    "properties": {
+      "text": {
+        "type": "string"
+      },
+      "vip": {
+        "type": "boolean"
+      }
+    },
+    "required": [
+      "text"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

@@ -6,6 +6,15 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'placeholderEnum',
     '{
+  "inputSchema": {
+    "enum": [
+      "a",
+      "b",
+      null,
+      "Json",
+      "NotRequired[x]"
+    ]
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

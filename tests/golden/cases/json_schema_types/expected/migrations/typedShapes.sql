@@ -6,6 +6,64 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'typedShapes',
     '{
+  "inputSchema": {
+    "$defs": {
+      "Address": {
+        "properties": {
+          "street": {
+            "type": "string"
+          },
+          "zip": {
+            "type": [
+              "string",
+              "null"
+            ]
+          }
+        },
+        "required": [
+          "street"
+        ],
+        "type": "object"
+      }
+    },
+    "properties": {
+      "address": {
+        "$ref": "#/$defs/Address"
+      },
+      "extra": {
+        "additionalProperties": {
+          "type": "boolean"
+        },
+        "type": "object"
+      },
+      "mode": {
+        "anyOf": [
+          {
+            "const": "fast"
+          },
+          {
+            "const": "slow"
+          },
+          {
+            "type": "integer"
+          }
+        ]
+      },
+      "tags": {
+        "items": {
+          "type": "string"
+        },
+        "type": "array"
+      },
+      "user-id": {
+        "type": "integer"
+      }
+    },
+    "required": [
+      "user-id"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

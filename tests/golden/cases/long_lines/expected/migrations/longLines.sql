@@ -6,6 +6,77 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'longLines',
     '{
+  "inputSchema": {
+    "properties": {
+      "deeplyNestedConfiguration": {
+        "properties": {
+          "notificationPreferences": {
+            "properties": {
+              "channelsForEveryKindOfEvent": {
+                "items": {
+                  "properties": {
+                    "name": {
+                      "type": "string"
+                    }
+                  },
+                  "type": "object"
+                },
+                "type": "array"
+              }
+            },
+            "type": "object"
+          }
+        },
+        "type": "object"
+      },
+      "maybeRoute": {
+        "anyOf": [
+          {
+            "enum": [
+              "help",
+              "spam",
+              "other",
+              "billing",
+              "sales",
+              "support",
+              "legal",
+              "security",
+              "partnerships"
+            ]
+          },
+          {
+            "type": "null"
+          }
+        ]
+      },
+      "quoted": {
+        "enum": [
+          "say \"hi\"",
+          "it''s",
+          "both \" and '' here",
+          "plain"
+        ]
+      },
+      "route": {
+        "enum": [
+          "help",
+          "spam",
+          "other",
+          "billing",
+          "sales",
+          "support",
+          "legal",
+          "security",
+          "partnerships",
+          "press"
+        ]
+      }
+    },
+    "required": [
+      "route"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

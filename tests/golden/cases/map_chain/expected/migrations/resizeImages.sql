@@ -6,6 +6,20 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'resizeImages',
     '{
+  "inputSchema": {
+    "items": {
+      "properties": {
+        "path": {
+          "type": "string"
+        }
+      },
+      "required": [
+        "path"
+      ],
+      "type": "object"
+    },
+    "type": "array"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

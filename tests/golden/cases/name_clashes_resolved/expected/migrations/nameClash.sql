@@ -6,6 +6,57 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'nameClash',
     '{
+  "inputSchema": {
+    "description": "The \"run\" input \\d with a backslash.",
+    "properties": {
+      "": {
+        "properties": {
+          "empty": {
+            "type": "boolean"
+          }
+        },
+        "type": "object"
+      },
+      "aB": {
+        "properties": {
+          "w": {
+            "type": "string"
+          }
+        },
+        "type": "object"
+      },
+      "a_b": {
+        "properties": {
+          "v": {
+            "type": "string"
+          }
+        },
+        "type": "object"
+      },
+      "class": {
+        "type": "integer"
+      },
+      "output": {
+        "properties": {
+          "x": {
+            "type": "integer"
+          }
+        },
+        "type": "object"
+      },
+      "str": {
+        "type": "string"
+      },
+      "type": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "output",
+      "str"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

@@ -6,6 +6,21 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'greetUser',
     '{
+  "inputSchema": {
+    "properties": {
+      "first": {
+        "type": "string"
+      },
+      "last": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "first",
+      "last"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

@@ -6,6 +6,20 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'import',
     '{
+  "inputSchema": {
+    "properties": {
+      "class": {
+        "type": "string"
+      },
+      "from-date": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "class"
+    ],
+    "type": "object"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

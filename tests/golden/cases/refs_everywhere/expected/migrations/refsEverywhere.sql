@@ -6,6 +6,44 @@ declare
   v_result jsonb := pgflow.ensure_flow_compiled(
     'refsEverywhere',
     '{
+  "inputSchema": {
+    "$defs": {
+      "Child": {
+        "anyOf": [
+          {
+            "$ref": "#/$defs/Tag"
+          },
+          {
+            "type": "null"
+          }
+        ]
+      },
+      "Item": {
+        "properties": {
+          "child": {
+            "$ref": "#/$defs/Child"
+          },
+          "tag": {
+            "$ref": "#/$defs/Tag"
+          }
+        },
+        "required": [
+          "tag"
+        ],
+        "type": "object"
+      },
+      "Tag": {
+        "enum": [
+          "a",
+          "b"
+        ]
+      }
+    },
+    "items": {
+      "$ref": "#/$defs/Item"
+    },
+    "type": "array"
+  },
   "options": {
     "baseDelay": 5,
     "maxAttempts": 3,

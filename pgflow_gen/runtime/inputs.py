@@ -1,0 +1,113 @@
+"""Checking a run input against the flow's input JSON Schema, the one its spec declares.
+
+The generated module carries the schema (`Flow.input_schema`); compiling the flow stores it in
+`pgflow.flows.input_schema` (engine 0006), so `pgflow-gen start` checks an input without the
+flow's Python module. Problems name the JSON path of the offending value and never quote a
+value of the input itself, only its JSON type.
+
+>>> problems({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}},
+...          {"n": "3"})
+['$.n: expected integer, got string']
+>>> problems({"type": "object", "required": ["n"]}, [1, 2])
+['$: expected object, got array']
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jsonschema
+from jsonschema import ValidationError
+
+from pgflow_gen.runtime import errors
+
+#: The most problems one error lists (the first is its message, all are in its detail).
+MAX_PROBLEMS = 10
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def check(flow_slug: str, schema: Mapping[str, Any], value: Any) -> None:
+    """Raise InvalidRunInputError naming the first problem (all of them in its detail) unless
+    `value` fits the flow's input schema."""
+    found = problems(schema, value)
+    if found:
+        raise errors.InvalidRunInputError(
+            f'Invalid input for flow "{flow_slug}": {found[0]}.',
+            detail="; ".join(found),
+            hint="The input must match the flow's input schema (the `input` of its spec).",
+        )
+
+
+def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """What is wrong with `value` for `schema`, one line per problem, by JSON path; [] when it
+    fits. The schema is JSON Schema draft 2020-12 (what flow specs use)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    found = sorted(
+        validator.iter_errors(value),
+        key=lambda e: ([str(part) for part in e.absolute_path], str(e.validator)),
+    )
+    return [_describe(error) for error in _leaves(found)][:MAX_PROBLEMS]
+
+
+def _leaves(errors: Iterable[ValidationError]) -> Iterable[ValidationError]:
+    """For an `anyOf` that nothing matched, the problems of its closest branch when there is one
+    branch that matches the value's type, else the `anyOf` itself."""
+    for error in errors:
+        if error.validator == "anyOf" and error.context:
+            typed = [e for e in error.context if e.validator != "type"]
+            yield from (typed if typed else [error])
+        else:
+            yield error
+
+
+def _describe(error: ValidationError) -> str:
+    path = json_path(error.absolute_path)
+    instance = error.instance
+    if error.validator == "required":
+        # jsonschema says `<repr of the name> is a required property`.
+        missing = ast.literal_eval(error.message.removesuffix(" is a required property"))
+        return f"{json_path([*error.absolute_path, missing])}: missing (required)"
+    if error.validator == "type":
+        expected = error.validator_value
+        wanted = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return f"{path}: expected {wanted}, got {json_type(instance)}"
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
+        extra = ", ".join(json.dumps(key) for key in sorted(set(instance) - set(known)))
+        return f"{path}: unexpected properties {extra} (additionalProperties is false)"
+    if error.validator in ("enum", "const"):
+        given: Any = error.validator_value
+        allowed: list[Any] = list(given) if error.validator == "enum" else [given]
+        shown = ", ".join(json.dumps(v) for v in allowed[:10])
+        return f"{path}: must be one of {shown}, got a different {json_type(instance)}"
+    if error.validator == "anyOf":
+        return f"{path}: matches none of the allowed forms (got {json_type(instance)})"
+    return f"{path}: fails {error.validator}"
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a parsed JSON value: object, array, string, integer, number, ..."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """`$.address.lines[0]`: object keys after dots (quoted when not an identifier), indexes in
+    brackets."""
+    text = "$"
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part.isidentifier():
+            text += f".{part}"
+        else:
+            text += f"[{json.dumps(part)}]"
+    return text

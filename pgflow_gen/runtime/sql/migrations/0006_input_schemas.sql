@@ -1,0 +1,186 @@
+-- Engine migration 0006: a flow's input JSON Schema is stored with it.
+--
+-- pgflow.flows gets input_schema (null: unknown). ensure_flow_compiled stores the "inputSchema" of
+-- the shape it is given when it compiles, recompiles or verifies a flow; it is not compared, so a
+-- new schema for the same steps is no mismatch. `pgflow-gen start` checks an input against it
+-- before it writes anything. Workers of this release send it; older ones do not, and leave the
+-- stored schema as it is. Nothing else changes, so workers of either release run on both
+-- versions: migrate first, then roll the workers over (their next start stores the schema).
+
+alter table pgflow.flows
+  add column input_schema jsonb,
+  add constraint input_schema_is_an_object
+    check (input_schema is null or jsonb_typeof(input_schema) = 'object');
+
+-- Keeps a flow's stored input schema in step with the shape a worker or a migration compiled it
+-- with: the shape's "inputSchema" replaces the stored one. A shape without it (a worker older
+-- than engine 0006) leaves the stored schema as it is. The schema is not part of the compared
+-- shape: a new schema for the same steps is a newer description of the same flow.
+-- Called by ensure_flow_compiled under the flow's definition lock.
+create function pgflow._store_input_schema(flow_slug text, shape jsonb)
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  update pgflow.flows as f
+  set input_schema = _store_input_schema.shape -> 'inputSchema'
+  where f.flow_slug = _store_input_schema.flow_slug
+    and _store_input_schema.shape ? 'inputSchema'
+    and f.input_schema is distinct from _store_input_schema.shape -> 'inputSchema';
+$$;
+
+-- Rejects a malformed shape document with a clear error before anything is compared or written.
+-- Called by ensure_flow_compiled.
+create or replace function pgflow._validate_flow_shape(shape jsonb)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_step jsonb;
+  v_index int := 0;
+  v_duplicate text;
+  v_option record;
+begin
+  if jsonb_typeof(shape) is distinct from 'object' or jsonb_typeof(shape -> 'steps') is distinct from 'array' then
+    raise exception 'Invalid flow shape: expected an object with a "steps" array.'
+      using errcode = '22023', detail = left(coalesce(shape::text, 'NULL'), 200);
+  end if;
+  for v_step in select value from jsonb_array_elements(shape -> 'steps') loop
+    if jsonb_typeof(v_step) is distinct from 'object' or jsonb_typeof(v_step -> 'slug') is distinct from 'string' then
+      raise exception 'Invalid flow shape: step at index % has no string "slug".', v_index
+        using errcode = '22023', detail = left(v_step::text, 200);
+    end if;
+    if v_step ? 'dependencies' and jsonb_typeof(v_step -> 'dependencies') <> 'array' then
+      raise exception 'Invalid flow shape: "dependencies" of step "%" is not an array.', v_step ->> 'slug'
+        using errcode = '22023';
+    end if;
+    v_index := v_index + 1;
+  end loop;
+
+  select s.value ->> 'slug' into v_duplicate
+  from jsonb_array_elements(shape -> 'steps') as s
+  group by s.value ->> 'slug' having count(*) > 1
+  limit 1;
+  if v_duplicate is not null then
+    raise exception 'Invalid flow shape: step "%" appears more than once.', v_duplicate
+      using errcode = '22023';
+  end if;
+
+  if shape ? 'inputSchema' and jsonb_typeof(shape -> 'inputSchema') is distinct from 'object' then
+    raise exception 'Invalid flow shape: "inputSchema" must be a JSON Schema object, got %.',
+      jsonb_typeof(shape -> 'inputSchema')
+      using errcode = '22023';
+  end if;
+
+  -- Options must be whole numbers (flow options, then each step's).
+  for v_option in
+    select o.key, o.value from jsonb_each(coalesce(shape -> 'options', '{}')) as o
+    union all
+    select o.key, o.value
+    from jsonb_array_elements(shape -> 'steps') as s, jsonb_each(coalesce(s.value -> 'options', '{}')) as o
+  loop
+    if jsonb_typeof(v_option.value) <> 'number' or v_option.value::text !~ '^-?[0-9]+$' then
+      raise exception 'Invalid flow shape: option "%" must be a whole number, got %.', v_option.key, v_option.value
+        using errcode = '22023';
+    end if;
+  end loop;
+end;
+$$;
+
+-- Startup compilation: creates a missing flow from its shape in its queue mode, verifies an
+-- existing one (shape, then queue mode and the persisted route of every step), and on a
+-- difference recompiles only in a local database (pgflow.local = on), else reports a mismatch of
+-- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
+-- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
+-- step mode). A shape's "inputSchema" is stored with the flow when it is compiled, recompiled
+-- or verified (not compared). Takes the flow's definition lock; any failure rolls back everything.
+create or replace function pgflow.ensure_flow_compiled(
+  flow_slug text,
+  shape jsonb,
+  queue_mode text default 'flow',
+  route_map jsonb default null
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_step_slugs text[];
+  v_queues text[];
+  v_derived jsonb;
+  v_persisted jsonb;
+  v_mode text;
+  v_twin text;
+  v_differences text[] := '{}';
+  v_routing text[] := '{}';
+  v_kind text;
+begin
+  perform pgflow._validate_flow_shape(shape);
+  v_step_slugs := array(select s.value ->> 'slug' from jsonb_array_elements(shape -> 'steps') as s);
+  select coalesce(array_agg(r.queue_name order by r.step_index), '{}'),
+    coalesce(jsonb_agg(jsonb_build_object('stepSlug', r.step_slug, 'queueName', r.queue_name) order by r.step_index), '[]')
+  into v_queues, v_derived
+  from pgflow.derive_queue_routes(flow_slug, v_step_slugs, queue_mode) as r;
+  perform pgflow._check_route_map(flow_slug, queue_mode, v_derived, route_map);
+
+  perform pgflow._lock_flow_definition(flow_slug);
+
+  select f.flow_slug into v_twin from pgflow.flows as f
+  where lower(f.flow_slug) = lower(ensure_flow_compiled.flow_slug) and f.flow_slug <> ensure_flow_compiled.flow_slug;
+  if v_twin is not null then
+    raise exception 'Flow "%" differs only in case from the existing flow "%".', flow_slug, v_twin
+      using errcode = '23505', detail = 'Flow slugs are unique ignoring case.',
+        hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
+
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  if not found then
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
+    return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
+  end if;
+
+  v_differences := pgflow._compare_flow_shapes(
+    pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
+  );
+  if v_mode <> queue_mode then
+    v_routing := v_routing || format('Queue mode of flow "%s" differs: expected "%s", persisted "%s"',
+      flow_slug, queue_mode, v_mode);
+  end if;
+  -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
+  -- a different shape the steps do not line up, and the shape differences say enough.
+  v_persisted := pgflow._get_queue_routes(flow_slug);
+  if cardinality(v_differences) = 0 and v_persisted <> v_derived then
+    v_routing := v_routing || array(
+      select format('Route of step "%s" of flow "%s" differs: expected queue "%s", persisted "%s"',
+        e.value ->> 'stepSlug', flow_slug, e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
+      from jsonb_array_elements(v_derived) with ordinality as e
+      where e.value <> v_persisted -> (e.ordinality - 1)::int
+      order by e.ordinality
+    );
+  end if;
+  if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
+    perform pgflow._store_input_schema(flow_slug, shape);
+    return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
+  end if;
+  v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
+  v_differences := v_differences || v_routing;
+
+  if coalesce(current_setting('pgflow.local', true), '') = 'on' then
+    -- The new queues must be free before the old definition goes (its own queues count as free).
+    perform pgflow._preflight_queue_names(flow_slug,
+      case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
+    perform pgflow.delete_flow_and_data(flow_slug);
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
+    return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
+      'differences', to_jsonb(v_differences));
+  end if;
+  return jsonb_build_object('status', 'mismatch', 'mismatchKind', v_kind,
+    'differences', to_jsonb(v_differences));
+end;
+$$;
