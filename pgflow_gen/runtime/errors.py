@@ -11,6 +11,7 @@ __all__ = [
     "FlowMismatchError",
     "FlowRoutingMismatchError",
     "FlowShapeMismatchError",
+    "HandlerTimeoutError",
     "InvalidRunInputError",
     "MigrationError",
     "PgflowError",
@@ -58,3 +59,10 @@ class InvalidRunInputError(PgflowError):
     """A run input that does not match the flow's input type or schema; nothing was written."""
 
     code = "invalid_run_input"
+
+
+class HandlerTimeoutError(PgflowError):
+    """A handler ran past its step's timeout: the worker failed that attempt (the task retries
+    per its policy). Stored as the task's error; never raised to callers."""
+
+    code = "handler_timeout"

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 import psycopg
 
+from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.context import Context, _Lazy
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 
@@ -79,20 +81,27 @@ async def run_task(
     database_url: str,
     prepare_threshold: int | None = 5,
     root: bool = False,
+    on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error).
 
     A root single step (`root`) gets the run input; every other task its assembled `input`.
+    The step's timeout (`task.timeout`, from the claim) is enforced: at the deadline an async
+    handler is cancelled; a sync handler's thread cannot be stopped, so it is abandoned (its
+    `ctx.cancelled` is set, its late result discarded, and `on_abandoned` gets its future, which
+    finishes when the thread does). Either way the task fails with a HandlerTimeoutError.
     """
+    options: dict[str, Any] = {
+        "autocommit": True,
+        "prepare_threshold": prepare_threshold,
+        **CONNECT_OPTIONS,
+    }
     lazy = _Lazy(
-        functools.partial(
-            psycopg.connect,
-            database_url,
-            autocommit=True,
-            prepare_threshold=prepare_threshold,
-            **CONNECT_OPTIONS,
-        )
+        functools.partial(psycopg.connect, database_url, **options),
+        functools.partial(psycopg.AsyncConnection.connect, database_url, **options),
     )
+    loop = asyncio.get_running_loop()
+    cancelled = threading.Event()
     context: Context[Any] = Context(
         run_id=task.run_id,
         step_slug=task.step_slug,
@@ -100,36 +109,85 @@ async def run_task(
         worker_id=worker_id,
         shutdown=shutdown,
         logger=logger,
+        cancelled=cancelled,
+        deadline=time.monotonic() + task.timeout,
         _flow_input=task.flow_input,
         _lazy=lazy,
         _attempt=task.attempt,
     )
     handler_input = task.flow_input if root else task.input
-    loop = asyncio.get_running_loop()
+    abandoned: asyncio.Future[Any] | None = None
     try:
         if inspect.iscoroutinefunction(handler):
-            result = await handler(handler_input, context)
+            limit = asyncio.timeout(task.timeout)
+            try:
+                async with limit:
+                    result = await handler(handler_input, context)
+            except TimeoutError:
+                if limit.expired():
+                    raise _Expired from None
+                raise  # the handler's own TimeoutError: its failure, as any exception
         else:
-            result = await loop.run_in_executor(
+            running = loop.run_in_executor(
                 executor, functools.partial(handler, handler_input, context)
             )
+            done, _ = await asyncio.wait({running}, timeout=task.timeout)
+            if not done:
+                abandoned = running
+                raise _Expired
+            result = running.result()
             if inspect.isawaitable(result):
-                result = await result
+                limit = asyncio.timeout(context.time_left())
+                try:
+                    async with limit:
+                        result = await result
+                except TimeoutError:
+                    if limit.expired():
+                        raise _Expired from None
+                    raise
+    except _Expired:
+        cancelled.set()
+        return Report(task, error=_timed_out(task, abandoned is not None))
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
+            cancelled.set()
             raise  # the worker cancelled it (after the grace period)
         # The handler itself was cancelled (say, a future it awaited): that is its failure.
         return Report(task, error="CancelledError: the handler was cancelled")
     except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
         return Report(task, error=describe_failure(exc))
     finally:
-        if lazy.opened:
-            await loop.run_in_executor(executor, lazy.close)
+        if abandoned is not None:
+            # The thread may still use the connection: close it when the thread is done.
+            abandoned.add_done_callback(lambda _: lazy.close())
+            if on_abandoned is not None:
+                on_abandoned(abandoned)
+        elif lazy.opened:
+            await asyncio.to_thread(lazy.close)
+        await context._close_async()
     problem = _json_problem(result)
     if problem is not None:
         return Report(task, error=f"The handler's output is not JSON: {problem}.")
     return Report(task, output=result)
+
+
+class _Expired(Exception):
+    """The step's timeout passed while its handler ran."""
+
+
+def _timed_out(task: ClaimedTask, abandoned: bool) -> str:
+    what = (
+        "its thread cannot be stopped and was abandoned; ctx.cancelled is set and its result"
+        " will be discarded"
+        if abandoned
+        else "it was cancelled"
+    )
+    error = errors.HandlerTimeoutError(
+        f'Step "{task.step_slug}" ran past its timeout of {task.timeout} s'
+        f" (attempt {task.attempt}): {what}."
+    )
+    return f"{type(error).__name__}: {error.message}"
 
 
 def describe_failure(exc: BaseException) -> str:

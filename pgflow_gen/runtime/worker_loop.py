@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import signal
 import threading
@@ -104,7 +105,12 @@ class Worker:
             for step in assignment.flow.steps
             if step.step_type == "single" and not step.dependencies
         )
-        self._inflight: set[asyncio.Task[Report]] = set()
+        #: Running handlers and their tasks.
+        self._inflight: dict[asyncio.Task[Report], ClaimedTask] = {}
+        #: Sync handlers' threads still running after their timeout failed their task.
+        self._abandoned: set[asyncio.Future[Any]] = set()
+        #: When each claimed message's task times out (monotonic), while the task is ours.
+        self._deadlines: dict[int, float] = {}
         self._reports: list[Report] = []
         self._draining = False
         self._deadline = 0.0
@@ -373,7 +379,13 @@ class Worker:
         while not self._draining:
             self._wake_poll.clear()
             # Unsent results hold their slots too: no new claims while reporting is stuck.
-            free = self.tuning.max_concurrent - len(self._inflight) - len(self._reports)
+            # Threads abandoned past their timeout still hold a thread of the pool.
+            free = (
+                self.tuning.max_concurrent
+                - len(self._inflight)
+                - len(self._reports)
+                - len(self._abandoned)
+            )
             if free > 0:
                 wanted = min(self.tuning.batch_size, free)
                 conn = await self._poll_link.get(give_up=lambda: self._draining)
@@ -418,19 +430,49 @@ class Worker:
                 )
             claimed = await claim.fetchall()
         unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
-        if unclaimed:
+        own = await self._keep_own_messages_hidden(conn, unclaimed)
+        foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
+        if foreign:
             self.log.warning(
                 "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
                 " them (already started or finished, or not this flow's or step's); this worker"
                 " does not touch them",
-                len(unclaimed),
+                len(foreign),
                 a.queue_name,
-                ", ".join(map(str, unclaimed)),
+                ", ".join(map(str, foreign)),
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
             )
+        now = time.monotonic()
         for task in claimed:
+            self._deadlines[task.msg_id] = now + task.timeout
             self._start_handler(task)
         return len(ids)
+
+    async def _keep_own_messages_hidden(
+        self, conn: psycopg.AsyncConnection[Any], unclaimed: list[int]
+    ) -> set[int]:
+        """Of the messages read but not claimed, the ones of this worker's own tasks (a handler
+        still running, or a result not sent yet): reading made them visible again sooner than
+        their lease said, so they get it back (the time to their timeout + 2 s, at least the
+        read's 10 s). Nothing is logged about them."""
+        ours = {task.msg_id for task in self._inflight.values()}
+        ours |= {report.task.msg_id for report in self._reports}
+        for msg_id in list(self._deadlines):
+            if msg_id not in ours:
+                del self._deadlines[msg_id]
+        own = [msg_id for msg_id in unclaimed if msg_id in ours]
+        now = time.monotonic()
+        offsets = [
+            max(READ_VISIBILITY, math.ceil(self._deadlines.get(msg_id, now) - now) + 2)
+            for msg_id in own
+        ]
+        extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > READ_VISIBILITY]
+        if extend:
+            await conn.execute(
+                "select from pgflow.set_vt_batch(%s, %s::bigint[], %s::int[])",
+                (self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]),
+            )
+        return set(own)
 
     def _start_handler(self, task: ClaimedTask) -> None:
         handler = self.assignment.handlers[task.step_slug]
@@ -445,13 +487,29 @@ class Worker:
                 database_url=self.url,
                 prepare_threshold=self._prepare,
                 root=task.step_slug in self._roots,
+                on_abandoned=self._thread_abandoned,
             )
         )
-        self._inflight.add(running)
+        self._inflight[running] = task
         running.add_done_callback(self._handler_finished)
 
+    def _thread_abandoned(self, thread: asyncio.Future[Any]) -> None:
+        self._abandoned.add(thread)
+        thread.add_done_callback(self._thread_returned)
+        if len(self._abandoned) >= self.tuning.max_concurrent:
+            self.log.warning(
+                "worker %s: all %d handler threads are still running handlers that ran past"
+                " their timeout; no new task is claimed until one returns",
+                self.name,
+                len(self._abandoned),
+            )
+
+    def _thread_returned(self, thread: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(thread)
+        self._wake_poll.set()
+
     def _handler_finished(self, running: asyncio.Task[Report]) -> None:
-        self._inflight.discard(running)
+        self._inflight.pop(running, None)
         if not running.cancelled():
             report = running.result()
             if report.error is not None:

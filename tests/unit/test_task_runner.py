@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,11 +22,17 @@ from pgflow_gen.runtime.task_runner import (
 )
 
 
-def task(input: Any = None, flow_input: Any = None) -> ClaimedTask:
-    return ClaimedTask("f", uuid.uuid4(), "s", input, 1, 0, flow_input, attempt=1, timeout=60)
+def task(input: Any = None, flow_input: Any = None, timeout: int = 60) -> ClaimedTask:
+    return ClaimedTask("f", uuid.uuid4(), "s", input, 1, 0, flow_input, attempt=1, timeout=timeout)
 
 
-def run(handler: Handler, claimed: ClaimedTask, *, root: bool) -> Report:
+def run(
+    handler: Handler,
+    claimed: ClaimedTask,
+    *,
+    root: bool,
+    on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
+) -> Report:
     async def main() -> Report:
         with ThreadPoolExecutor(max_workers=2) as executor:
             return await run_task(
@@ -37,6 +44,7 @@ def run(handler: Handler, claimed: ClaimedTask, *, root: bool) -> Report:
                 logger=logging.getLogger("test"),
                 database_url="postgresql://nowhere/never-opened",
                 root=root,
+                on_abandoned=on_abandoned,
             )
 
     return asyncio.run(main())
@@ -143,3 +151,60 @@ def test_sys_exit_in_a_handler_fails_its_task() -> None:
         raise SystemExit(3)
 
     assert run(leave, task(), root=False).summary == "SystemExit: 3"
+
+
+def test_an_async_handler_past_its_timeout_is_cancelled_and_fails_its_task() -> None:
+    seen: list[str] = []
+
+    async def forever(value: Any, ctx: Any, /) -> Any:
+        try:
+            await asyncio.Event().wait()  # never set: only the timeout ends it
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    report = run(forever, task(timeout=1), root=False)
+    assert report.error == (
+        'HandlerTimeoutError: Step "s" ran past its timeout of 1 s (attempt 1): it was cancelled.'
+    )
+    assert seen == ["cancelled"]
+
+
+def test_a_sync_handler_past_its_timeout_is_abandoned_told_and_its_result_discarded() -> None:
+    finished = threading.Event()
+    observed: list[bool] = []
+
+    def stubborn(value: Any, ctx: Any, /) -> Any:
+        observed.append(ctx.cancelled.wait(timeout=30))  # set at the deadline
+        finished.wait(timeout=30)
+        return "late result"
+
+    abandoned: list[asyncio.Future[Any]] = []
+
+    def abandon(thread: asyncio.Future[Any]) -> None:
+        abandoned.append(thread)
+        finished.set()  # let the thread return now: its result must still be discarded
+
+    report = run(stubborn, task(timeout=1), root=False, on_abandoned=abandon)
+    assert report.error is not None
+    assert report.error.startswith(
+        'HandlerTimeoutError: Step "s" ran past its timeout of 1 s (attempt 1): its thread'
+        " cannot be stopped and was abandoned"
+    )
+    assert report.output is None
+    assert observed == [True]
+    assert len(abandoned) == 1
+
+
+def test_a_handlers_own_timeout_error_is_an_ordinary_failure() -> None:
+    async def own(value: Any, ctx: Any, /) -> Any:
+        raise TimeoutError("the API did not answer")
+
+    assert run(own, task(), root=False).summary == "TimeoutError: the API did not answer"
+
+
+def test_the_context_knows_its_deadline_and_attempt() -> None:
+    def look(value: Any, ctx: Any, /) -> Any:
+        return [ctx.attempt, 0 < ctx.time_left() <= 60, ctx.cancelled.is_set()]
+
+    assert run(look, task(timeout=60), root=False).output == [1, True, False]

@@ -109,3 +109,38 @@ def test_archives_the_completed_messages_of_idle_queues(engine: Engine) -> None:
     engine.value("select pgflow.requeue_stalled_tasks()")
     assert engine.archived_ids("idle") == {task.msg_id}
     assert engine.value("select count(*) from pgflow.archivable_messages") == 0
+
+
+def test_requeues_at_once_the_task_of_a_worker_without_heartbeat_for_30_seconds(
+    engine: Engine,
+) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")  # claimed by the test's worker, well within the timeout
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+    engine.conn.execute(
+        "update pgflow.workers set last_heartbeat_at = now() - interval '31 seconds'"
+    )
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 2
+    assert engine.task(run_id, "slow")["status"] == "queued"
+
+
+def test_requeues_at_once_the_task_of_a_worker_marked_stopped(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")
+    engine.conn.execute("select pgflow.mark_worker_stopped(worker_id) from pgflow.workers")
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 2
+    assert engine.task(run_id, "fast")["status"] == "queued"
+
+
+def test_never_takes_a_task_a_live_worker_runs_within_its_timeout(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    engine.poll("stall")
+    engine.backdate_started(run_id, "slow", 9)  # its timeout is 10 s
+    engine.conn.execute(
+        "update pgflow.workers set last_heartbeat_at = now() - interval '29 seconds'"
+    )
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+    assert {t["status"] for t in engine.all("select status from pgflow.step_tasks")} == {"started"}

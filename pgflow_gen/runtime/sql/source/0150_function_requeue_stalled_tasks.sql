@@ -1,6 +1,9 @@
--- Recovers tasks whose worker vanished: a task started longer ago than its effective timeout + 30 s
--- (in a started run and step) is queued again and its message made visible, at most 3 times;
--- after that it is parked (permanently_stalled_at) and its message archived. Skips locked tasks.
+-- Recovers tasks whose worker vanished. A started task (in a started run and step) is stalled when
+-- its worker is gone (marked stopped, or no heartbeat for 30 s: workers beat every 5 s) or its
+-- lease ran out (started longer ago than its effective timeout + 30 s: a live worker fails a task
+-- at its timeout). Never a task a live worker runs within its timeout. A stalled task is queued
+-- again and its message made visible, at most 3 times; after that it is parked
+-- (permanently_stalled_at) and its message archived. Skips locked tasks.
 -- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
 create function pgflow.requeue_stalled_tasks()
 returns int
@@ -28,7 +31,14 @@ begin
     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
     join pgflow.flows as f on f.flow_slug = t.flow_slug
     where t.status = 'started' and t.permanently_stalled_at is null
-      and t.started_at < clock_timestamp() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+      and (
+        t.started_at < clock_timestamp() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+        or not exists (
+          select 1 from pgflow.workers as w
+          where w.worker_id = t.last_worker_id and w.stopped_at is null
+            and w.last_heartbeat_at > clock_timestamp() - interval '30 seconds'
+        )
+      )
     for update of t skip locked
   ),
   changed as (

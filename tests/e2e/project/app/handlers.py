@@ -13,6 +13,7 @@ from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
 from app.pgflow.e2e_plain import Input as PlainInput
 from app.pgflow.e2e_plain import WrapUpDeps
 from app.pgflow.e2e_steps import FirstOutput, Input, SecondDeps
+from app.pgflow.e2e_timeouts import Input as TimeoutsInput
 from pgflow_gen.runtime import Context
 
 GATE_DEADLINE = 60.0
@@ -65,3 +66,22 @@ def double(item: int, ctx: Context[FanoutInput], /) -> int:
 
 def celebrate(deps: NumbersDeps, ctx: Context[FanoutInput], /) -> str:
     return "big!"
+
+
+def slow_sync(flow_input: TimeoutsInput, ctx: Context[TimeoutsInput], /) -> str:
+    """Works for `seconds`, unless the step's timeout cancels it first: then it notes the
+    attempt in `marks` and returns anyway (the worker discards that late result)."""
+    marks = Path(flow_input["marks"])
+    if ctx.cancelled.wait(timeout=flow_input["seconds"]):
+        (marks / f"sync-cancelled-{ctx.attempt}").touch()
+        return "late"
+    return "done"
+
+
+async def slow_async(flow_input: TimeoutsInput, ctx: Context[TimeoutsInput], /) -> str:
+    try:
+        await asyncio.sleep(flow_input["seconds"])
+    except asyncio.CancelledError:
+        (Path(flow_input["marks"]) / f"async-cancelled-{ctx.attempt}").touch()
+        raise
+    return "done"

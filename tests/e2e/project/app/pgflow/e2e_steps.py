@@ -102,7 +102,7 @@ class Handlers(TypedDict):
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="e2eSteps",
-    options=FlowOptions(max_attempts=4, base_delay=1, timeout=5),
+    options=FlowOptions(max_attempts=4, base_delay=1, timeout=30),
     input_type=Input,
     input_schema={
         "type": "object",

@@ -26,7 +26,7 @@ declare
   "options": {
     "baseDelay": 1,
     "maxAttempts": 4,
-    "timeout": 5
+    "timeout": 30
   },
   "steps": [
     {
