@@ -138,12 +138,14 @@ class EmbeddedServer:
                 self._mark_local()
         return self.url()
 
-    def stop(self) -> bool:
-        """Stop the server; return whether it was running."""
+    def stop(self, *, immediate: bool = False) -> bool:
+        """Stop the server; return whether it was running. `immediate` stops it as a crash
+        would (`pg_ctl stop -m immediate`: no checkpoint; the next start runs crash recovery)."""
         with self._lock():
             if not self.is_running():
                 return False
-            self._run("pg_ctl", "stop", "-D", str(self.pgdata), "-m", "fast", "-w")
+            mode = "immediate" if immediate else "fast"
+            self._run("pg_ctl", "stop", "-D", str(self.pgdata), "-m", mode, "-w")
             return True
 
     def destroy(self) -> None:

@@ -116,6 +116,7 @@ async def run_task(
         _attempt=task.attempt,
     )
     handler_input = task.flow_input if root else task.input
+    running: asyncio.Future[Any] | None = None  # a sync handler's thread
     abandoned: asyncio.Future[Any] | None = None
     try:
         if inspect.iscoroutinefunction(handler):
@@ -151,8 +152,11 @@ async def run_task(
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
+            # The worker cancelled it (after the grace period): a sync handler's thread runs on.
             cancelled.set()
-            raise  # the worker cancelled it (after the grace period)
+            if running is not None and not running.done():
+                abandoned = running
+            raise
         # The handler itself was cancelled (say, a future it awaited): that is its failure.
         return Report(task, error="CancelledError: the handler was cancelled")
     except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
