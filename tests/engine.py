@@ -135,40 +135,28 @@ class Engine:
         is None)."""
         queue = queue or flow_slug.lower()
         self.register(queue)
-        if self.value("select to_regproc('pgflow.claim_tasks')") is None:
-            return self._claim_before_0005(flow_slug, msg_ids, queue, step)
         selector = [] if step is None else [step]
         placeholders = ", ".join(["%s"] * (4 + len(selector)))
-        rows = self.conn.execute(
-            f"select * from pgflow.claim_tasks({placeholders})",
-            (flow_slug, msg_ids, WORKER_ID, queue, *selector),
-        ).fetchall()
-        return [Task(*row) for row in rows]
-
-    def _claim_before_0005(
-        self, flow_slug: str, msg_ids: list[int], queue: str, step: str | None
-    ) -> list[Task]:
-        """An engine older than 0005 (upgrade tests) has start_tasks only; the attempt and the
-        timeout are read afterwards."""
-        selector = [] if step is None else [step]
-        placeholders = ", ".join(["%s"] * (4 + len(selector)))
-        rows = self.conn.execute(
-            f"select * from pgflow.start_tasks({placeholders})",
-            (flow_slug, msg_ids, WORKER_ID, queue, *selector),
-        ).fetchall()
+        args = (flow_slug, msg_ids, WORKER_ID, queue, *selector)
+        if self.value("select to_regproc('pgflow.claim_tasks')") is not None:
+            rows = self.conn.execute(f"select * from pgflow.claim_tasks({placeholders})", args)
+            return [Task(*row) for row in rows.fetchall()]
+        # An engine older than 0005 (upgrade tests) has start_tasks only: the attempt and the
+        # timeout are read afterwards.
+        rows = self.conn.execute(f"select * from pgflow.start_tasks({placeholders})", args)
         claimed = []
-        for row in rows:
+        for row in rows.fetchall():
+            fields = dict(zip(START_TASKS_COLUMNS, row, strict=True))
             extra = self.one(
                 "select t.attempts_count, coalesce(s.opt_timeout, f.opt_timeout) as timeout"
                 " from pgflow.step_tasks t"
                 " join pgflow.steps s using (flow_slug, step_slug)"
                 " join pgflow.flows f using (flow_slug)"
                 " where t.run_id = %s and t.step_slug = %s and t.task_index = %s",
-                row[1],
-                row[2],
-                row[5],
+                fields["run_id"],
+                fields["step_slug"],
+                fields["task_index"],
             )
-            fields = dict(zip(START_TASKS_COLUMNS, row, strict=True))
             claimed.append(
                 Task(**fields, attempt=extra["attempts_count"], timeout=extra["timeout"])
             )
