@@ -213,7 +213,10 @@ def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Ru
 
 
 def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
-    command = project.worker_command(Path.cwd(), flow_slug, step.step_slug)
+    try:
+        command = project.worker_command(Path.cwd(), flow_slug, step.step_slug)
+    except (UsageError, OSError):  # a broken pyproject.toml must not end the wait
+        command = None
     how = (
         f"start it with `{command}`"
         if command

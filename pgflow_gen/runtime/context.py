@@ -80,8 +80,15 @@ class Context(Generic[InputT]):
     `flow_input()` returns the run input (loaded on first use: map tasks and dependent steps do
     not carry it); `attempt` counts this task's claims, 1 on the first try (known from the
     claim, so reading it runs no query); `shutdown` is set when the worker drains, so long
-    handlers can stop early; `connection` is a database connection for the handler's own
-    queries (opened on first use, closed when the handler returns; it is in autocommit mode).
+    handlers can stop early; `cancelled` is set when the step's timeout passes (the attempt
+    has failed: a sync handler should stop, its result is discarded), `deadline` is that moment
+    on `time.monotonic()`'s clock and `time_left()` the seconds until it; `connection` is a
+    database connection for the handler's own queries (opened on first use, closed when the
+    handler returns; it is in autocommit mode).
+
+    Async handlers use `await ctx.flow_input_async()` and `await ctx.connection_async()` (an
+    `AsyncConnection`): unlike `flow_input()` and `connection`, they do not block the worker's
+    event loop while the database answers.
     """
 
     run_id: uuid.UUID

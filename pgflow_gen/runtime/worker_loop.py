@@ -429,6 +429,11 @@ class Worker:
                     (a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug),
                 )
             claimed = await claim.fetchall()
+        # Handlers first: the claim is committed, so nothing below may keep them from starting.
+        now = time.monotonic()
+        for task in claimed:
+            self._deadlines[task.msg_id] = now + task.timeout
+            self._start_handler(task)
         unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
         own = await self._keep_own_messages_hidden(conn, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
@@ -442,10 +447,6 @@ class Worker:
                 ", ".join(map(str, foreign)),
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
             )
-        now = time.monotonic()
-        for task in claimed:
-            self._deadlines[task.msg_id] = now + task.timeout
-            self._start_handler(task)
         return len(ids)
 
     async def _keep_own_messages_hidden(
