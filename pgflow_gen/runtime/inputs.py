@@ -24,6 +24,18 @@ from jsonschema import ValidationError
 
 from pgflow_gen.runtime import errors
 
+
+def _is_integer(checker: Any, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# JSON Schema counts 1.0 as an integer; the typed Client (pydantic, strict) does not, and a
+# generated `int` field should not receive a float: here neither does.
+_Validator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # untyped in its stubs
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+
 #: The most problems one error lists (the first is its message, all are in its detail).
 MAX_PROBLEMS = 10
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
@@ -44,7 +56,7 @@ def check(flow_slug: str, schema: Mapping[str, Any], value: Any) -> None:
 def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """What is wrong with `value` for `schema`, one line per problem, by JSON path; [] when it
     fits. The schema is JSON Schema draft 2020-12 (what flow specs use)."""
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     found = sorted(
         validator.iter_errors(value),
         key=lambda e: ([str(part) for part in e.absolute_path], str(e.validator)),

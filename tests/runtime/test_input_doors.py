@@ -56,6 +56,8 @@ CASES: list[tuple[Any, str | None]] = [
     ({"name": "Ada", "age": "36"}, "$.age: expected integer, got string"),
     ({"name": "Ada", "age": True}, "$.age: expected integer, got boolean"),
     ({"name": "Ada", "age": 1.5}, "$.age: expected integer, got number"),
+    ({"name": "Ada", "age": 1.0}, "$.age: expected integer, got number"),
+    ({"name": "Ada", "score": 2}, None),
     ({"name": "Ada", "tags": ["x", 1]}, "$.tags[1]: expected string, got integer"),
     ({"name": "Ada", "address": {}}, "$.address.city: missing (required)"),
     ({"name": "Ada", "kind": "c"}, '$.kind: must be one of "a", "b", got a different string'),
