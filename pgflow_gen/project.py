@@ -59,11 +59,11 @@ def worker_command(project: Path, flow_slug: str, step_slug: str) -> str | None:
             name, colon, command = line.partition(":")
             if colon and not name.startswith("#"):
                 commands.setdefault(name.strip(), command.strip())
-    for separator in (".", "-"):
-        for name in (f"{flow_slug}{separator}{step_slug}", f"{flow_slug}{separator}worker"):
-            if name in commands:
-                return commands[name]
-    return commands.get(flow_slug)
+    # Procfiles generated before 0.1 named them `<flow>.<step>` / `<flow>.worker`.
+    for name in (f"{flow_slug}-{step_slug}", f"{flow_slug}.{step_slug}"):
+        if name in commands:
+            return commands[name]
+    return commands.get(flow_slug) or commands.get(f"{flow_slug}.worker")
 
 
 def _procfiles(project: Path) -> list[Path]:

@@ -39,12 +39,14 @@ def migration(flow: FlowView) -> dict[str, str]:
 
 
 def procfile_lines(flow: FlowView) -> list[str]:
+    """One line per worker process, named `<flow>-<step>` (a plain flow: `<flow>`): slugs hold
+    only `[A-Za-z0-9_]`, so the names suit honcho, foreman, overmind and systemd units."""
     if not flow.steps:
         return []
     prefix = f"python -m {flow.package}.workers.{flow.module}"
     if flow.queue_mode == "step":
-        return [f"{flow.slug}.{step.slug}: {prefix}.{step.module}" for step in flow.steps]
-    return [f"{flow.slug}.worker: {prefix}.worker"]
+        return [f"{flow.slug}-{step.slug}: {prefix}.{step.module}" for step in flow.steps]
+    return [f"{flow.slug}: {prefix}.worker"]
 
 
 def procfile(flows: list[FlowView], sources: str) -> dict[str, str]:

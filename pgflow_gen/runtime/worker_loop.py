@@ -91,7 +91,7 @@ class Worker:
         self.log = logger
         self.worker_id = uuid.uuid4()
         self.name = tuning.worker_name or (
-            f"{assignment.flow.slug}.{assignment.step_slug}"
+            f"{assignment.flow.slug}-{assignment.step_slug}"
             if assignment.step_slug
             else assignment.flow.slug
         )
