@@ -7,10 +7,14 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: venv demo test check lint format pytest bench regen clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "pgflow-gen needs Python 3.11+"'
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "pgflow-gen needs Python 3.11+"'
+	@echo "==> creating the virtual environment $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> installing pgflow-gen and its development tools (about a minute the first time)"
+	$(BIN)/pip install --progress-bar off --no-color -e '.[dev]'
+	@echo "==> $(VENV) is ready"
 	touch $(STAMP)
 
 venv: $(STAMP)

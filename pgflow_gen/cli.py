@@ -9,6 +9,7 @@ command quietly, as coreutils tools do. Only `main` turns errors into messages a
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen import cli_ops, naming
+from pgflow_gen import cli_ops, cli_parser, naming
 from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Run the command; the user's mistakes and the environment's failures become messages."""
     try:
+        cli_parser.settle(args)
         code: int = args.handler(args)
     except (UsageError, naming.FlowSpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -101,80 +103,77 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli_parser.parser(
         prog="pgflow-gen", description="Typed, durable workflows on PostgreSQL + PGMQ."
     )
-    parser.add_argument(
-        "--debug", action="store_true", help="show the traceback of an internal error"
-    )
-    commands = parser.add_subparsers(title="commands")
+    parser.add_argument("--version", action="version", version=_version())
+    commands = cli_parser.Commands(parser.add_subparsers(title="commands"))
 
-    url_option = argparse.ArgumentParser(add_help=False)
-    url_option.add_argument(
-        "--database-url",
-        help="PostgreSQL URL (default: $PGFLOW_DATABASE_URL, $DATABASE_URL, else embedded)",
+    validate = commands.add(
+        "validate", "check flow spec files (exit 2 when invalid)", formats=("text", "json")
     )
-
-    validate = commands.add_parser("validate", help="check flow spec files (exit 2 when invalid)")
     validate.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
-    validate.add_argument("--format", choices=("text", "json"), default="text")
     validate.set_defaults(handler=_validate)
 
-    build = commands.add_parser("build", help="generate typed modules, workers and migrations")
+    build = commands.add("build", "generate typed modules, workers and migrations")
     build.add_argument(
         "paths",
         nargs="*",
         type=Path,
         help="spec files or folders (default: [tool.pgflow-gen] specs)",
     )
-    build.add_argument("--out", type=Path, help="output folder, e.g. app/pgflow (or config `out`)")
-    build.add_argument("--package", help="Python package of --out (default: derived from its path)")
+    build.add_argument(
+        "--out", type=Path, help="output folder, e.g. app/pgflow (default: [tool.pgflow-gen] out)"
+    )
+    build.add_argument(
+        "--package",
+        help="Python package of --out (default: [tool.pgflow-gen] package, else derived from the"
+        " path)",
+    )
     build.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 with a diff when stale"
     )
     build.set_defaults(handler=_build)
 
-    graph = commands.add_parser("graph", help="print a flow's DAG (Mermaid or Graphviz DOT)")
-    graph.add_argument("path", type=Path, help="a spec file")
-    graph.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    graph = commands.add(
+        "graph",
+        "print flow DAGs (Mermaid or Graphviz DOT)",
+        formats=("mermaid", "dot"),
+        format_help="graph language",
+    )
+    graph.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
     graph.set_defaults(handler=_graph)
 
-    db = commands.add_parser("db", help="manage the database: embedded server, PGMQ, engine")
-    db_commands = db.add_subparsers(title="db commands")
-    start = db_commands.add_parser("start", help="start the project's embedded PostgreSQL")
-    start.set_defaults(handler=_db_start)
-    stop = db_commands.add_parser("stop", help="stop the project's embedded PostgreSQL")
-    stop.set_defaults(handler=_db_stop)
-    url = db_commands.add_parser("url", parents=[url_option], help="print the database URL")
-    url.set_defaults(handler=_db_url)
-    status = db_commands.add_parser(
-        "status", parents=[url_option], help="show the server, PGMQ and engine migrations"
+    db = commands.group("db", "manage the database: embedded server, PGMQ, engine")
+    db.add("start", "start the project's embedded PostgreSQL").set_defaults(handler=_db_start)
+    db.add("stop", "stop the project's embedded PostgreSQL").set_defaults(handler=_db_stop)
+    db.add("url", "print the database URL", database=True).set_defaults(handler=_db_url)
+    db.add("status", "show the server, PGMQ and engine migrations", database=True).set_defaults(
+        handler=_db_status
     )
-    status.set_defaults(handler=_db_status)
-    migrate = db_commands.add_parser(
-        "migrate", parents=[url_option], help="install PGMQ if missing and apply engine migrations"
+    migrate = db.add(
+        "migrate", "install PGMQ if missing and apply engine migrations", database=True
     )
-    migrate.add_argument("--target", metavar="NNNN", help="stop after this migration (e.g. 0001)")
+    migrate.add_argument(
+        "--target", metavar="NNNN", help="stop after this migration (default: the newest)"
+    )
     migrate.set_defaults(handler=_db_migrate)
-    sql = db_commands.add_parser("sql", help="print the engine SQL for other migration tools")
+    sql = db.add("sql", "print the engine SQL for other migration tools")
     sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
     sql.set_defaults(handler=_db_sql)
 
-    cli_ops.register(commands, url_option)
-    _accept_everywhere(parser, "--debug", help="show the traceback of an internal error")
+    cli_ops.register(commands)
+    cli_parser.accept_everywhere(parser, "--debug", help="show the traceback of an internal error")
     return parser
 
 
-def _accept_everywhere(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
-    """Let every subcommand take `flag` too (`pgflow-gen build --debug ...`)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for subparser in dict.fromkeys(action.choices.values()):
-                # SUPPRESS: a subcommand without the flag keeps the main parser's value.
-                subparser.add_argument(
-                    flag, action="store_true", default=argparse.SUPPRESS, help=help
-                )
-                _accept_everywhere(subparser, flag, help)
+def _version() -> str:
+    try:
+        version = importlib.metadata.version("pgflow-gen")
+    except importlib.metadata.PackageNotFoundError:  # a checkout that is not installed
+        version = "unknown"
+    engine = migrations.available()[-1].version
+    return f"pgflow-gen {version} (engine {engine})"
 
 
 def _spec_files(paths: Sequence[Path]) -> list[Path]:
@@ -265,15 +264,26 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    try:
-        spec = loader.load_file(
-            args.path, display_name=build_module.display_path(args.path, Path.cwd())
+    files = _spec_files(args.paths)
+    if not files:
+        raise UsageError(
+            f"No spec files found in {', '.join(map(str, args.paths))}.",
+            hint="Pass *.yaml files or folders that contain them.",
         )
-    except problems_module.SpecErrors as exc:
-        for problem in exc.problems:
+    problems: list[problems_module.Problem] = []
+    graphs = []
+    for path in files:
+        try:
+            spec = loader.load_file(path, display_name=build_module.display_path(path, Path.cwd()))
+        except problems_module.SpecErrors as exc:
+            problems.extend(exc.problems)
+            continue
+        graphs.append(graph_module.render(spec, args.format))
+    if problems:
+        for problem in problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write(graph_module.render(spec, args.format))
+    sys.stdout.write("\n".join(graphs))
     return EXIT_OK
 
 

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen import project
+from pgflow_gen import cli_parser, project
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, database, errors, inputs
 from pgflow_gen.runtime import client as client_module
@@ -30,43 +30,49 @@ EXIT_FAILURE = 1
 NOTE_CHARS = 80
 
 
-def register(commands: Any, url_option: argparse.ArgumentParser) -> None:
+def register(commands: cli_parser.Commands) -> None:
     """Add the operations commands to the `pgflow-gen` parser."""
-    start = commands.add_parser("start", parents=[url_option], help="start a run of a flow")
-    start.add_argument("flow_slug", metavar="SLUG")
-    start.add_argument("--input", default="{}", help="the run input as JSON (default {})")
+    start = commands.add("start", "start a run of a flow", database=True)
+    start.add_argument("flow_slug", metavar="SLUG", help="the flow's slug")
+    start.add_argument(
+        "--input",
+        default="{}",
+        help="the run input as JSON, checked against the flow's input schema",
+    )
     start.add_argument("--wait", action="store_true", help="wait until the run finishes")
-    start.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits")
+    start.add_argument(
+        "--timeout", type=float, default=300.0, metavar="S", help="seconds --wait waits"
+    )
     start.set_defaults(handler=_start)
 
-    status = commands.add_parser("status", parents=[url_option], help="show a run and its steps")
-    status.add_argument("run_id", metavar="RUN_ID", type=uuid.UUID)
+    status = commands.add("status", "show a run, its steps and their last errors", database=True)
+    status.add_argument("run_id", metavar="RUN_ID", type=uuid.UUID, help="the run's id")
     status.set_defaults(handler=_status)
 
-    runs = commands.add_parser("runs", parents=[url_option], help="list recent runs")
+    runs = commands.add("runs", "list recent runs, newest first", database=True)
     runs.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only runs of this flow")
     runs.add_argument(
         "--status",
         choices=("started", "completed", "failed"),
         help="only runs with this status (failed runs show their failed step and its error)",
     )
-    runs.add_argument("--limit", type=int, default=20, help="most runs listed, newest first (20)")
+    runs.add_argument("--limit", type=int, default=20, help="most runs listed")
     runs.set_defaults(handler=_runs)
 
-    workers = commands.add_parser("workers", parents=[url_option], help="list workers")
+    workers = commands.add("workers", "list workers and their heartbeats", database=True)
     workers.add_argument("--all", action="store_true", help="include stopped workers")
     workers.set_defaults(handler=_workers)
 
-    coverage = commands.add_parser(
+    coverage = commands.add(
         "coverage",
-        parents=[url_option],
-        help="does every queue route have a live worker? (exit 1 when not)",
+        "does every queue route have a live worker? (exit 1 when not)",
+        database=True,
+        formats=("text", "json"),
     )
     coverage.add_argument(
-        "--freshness", type=float, default=15.0, metavar="S", help="max heartbeat age (15 s)"
+        "--freshness", type=float, default=15.0, metavar="S", help="max heartbeat age in seconds"
     )
     coverage.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
-    coverage.add_argument("--format", choices=("text", "json"), default="text")
     coverage.set_defaults(handler=_coverage)
 
 

@@ -140,7 +140,11 @@ def _run(
 ) -> None:
     assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
     settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings.update(worker_config.overrides(argv or (), os.environ))
+    settings.update(
+        worker_config.overrides(
+            argv or (), os.environ, serves=assignment.describe(), prog=_entry_command()
+        )
+    )
     url_override = settings.pop("database_url", None)
     worker_config.check(settings)
     tuning = worker_config.Tuning(**settings)
@@ -234,6 +238,12 @@ def _plain_assignment(
         handlers={slug: fn for slug, fn in given.items() if callable(fn)},
         route_map=tuple(naming.route_map(routes)),
     )
+
+
+def _entry_command() -> str | None:
+    """`python -m <module>` when this process runs a module that way (an entry file)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return f"python -m {spec.name}" if spec is not None and spec.name else None
 
 
 def _configure_logging() -> None:

@@ -46,6 +46,7 @@ class _Option:
     parse: Callable[[str], Any]
     check: Callable[[Any], bool]
     rule: str
+    help: str
 
 
 def _flag(text: str) -> bool:
@@ -58,15 +59,40 @@ def _flag(text: str) -> bool:
 
 
 _OPTIONS = (
-    _Option("max_concurrent", int, lambda v: v >= 1, "a whole number of at least 1"),
-    _Option("batch_size", int, lambda v: v >= 1, "a whole number of at least 1"),
-    _Option("poll_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0"),
-    _Option("shutdown_grace", float, lambda v: math.isfinite(v) and v >= 0, "seconds, 0 or more"),
-    _Option("worker_name", str, lambda v: bool(v.strip()), "a non-empty name"),
-    _Option("notifications", _flag, lambda v: True, "on or off"),
-    _Option("recovery_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0"),
-    _Option("prepared_statements", _flag, lambda v: True, "on or off"),
-)
+    _Option(
+        "max_concurrent", int, lambda v: v >= 1, "a whole number of at least 1",
+        "handlers in flight at once (default: the entry file's value, else 10)",
+    ),
+    _Option(
+        "batch_size", int, lambda v: v >= 1, "a whole number of at least 1",
+        "most messages read per poll (default: 10)",
+    ),
+    _Option(
+        "poll_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0",
+        "seconds an idle worker sleeps when nothing wakes it (default: 5)",
+    ),
+    _Option(
+        "shutdown_grace", float, lambda v: math.isfinite(v) and v >= 0, "seconds, 0 or more",
+        "seconds running handlers may finish after SIGTERM or SIGINT (default: 30)",
+    ),
+    _Option(
+        "worker_name", str, lambda v: bool(v.strip()), "a non-empty name",
+        "the name in pgflow.workers and `pgflow-gen workers` (default: <flow>-<step>)",
+    ),
+    _Option(
+        "notifications", _flag, lambda v: True, "on or off",
+        "wake on PGMQ insert notifications, on or off (default: on)",
+    ),
+    _Option(
+        "recovery_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0",
+        "seconds between stall-recovery sweeps (default: 15)",
+    ),
+    _Option(
+        "prepared_statements", _flag, lambda v: True, "on or off",
+        "prepare repeated statements, on or off; off behind a transaction-pooling PgBouncer"
+        " (default: on)",
+    ),
+)  # fmt: skip
 
 
 # The Python types a setting given in code may have (bool is not a number here).
@@ -78,17 +104,41 @@ _TYPES: dict[Callable[[str], Any], tuple[type, ...]] = {
 }
 
 
-def overrides(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """The settings given by `PGFLOW_<NAME>` variables and `--<name>` flags (flags win)."""
+def overrides(
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    serves: str = "a flow",
+    prog: str | None = None,
+) -> dict[str, Any]:
+    """The settings given by `PGFLOW_<NAME>` variables and `--<name>` flags (flags win).
+    `serves` describes the worker for `--help`."""
     found: dict[str, Any] = {}
     for option in _OPTIONS:
         variable = "PGFLOW_" + option.name.upper()
         if variable in environ:
             found[option.name] = _parse(option, environ[variable], variable)
-    parser = argparse.ArgumentParser(add_help=True, description="Run a pgflow-gen worker.")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        add_help=True,
+        description=f"Run the pgflow-gen worker of {serves} until SIGTERM or SIGINT.",
+        epilog="Each flag may also be set as a PGFLOW_<NAME> variable (PGFLOW_MAX_CONCURRENT=8);"
+        " flags win over variables, which win over the entry file's values. Docs:"
+        " docs/workers.md.",
+    )
     for option in _OPTIONS:
-        parser.add_argument("--" + option.name.replace("_", "-"), dest=option.name)
-    parser.add_argument("--database-url", dest="database_url")
+        parser.add_argument(
+            "--" + option.name.replace("_", "-"),
+            dest=option.name,
+            metavar=option.name.upper(),
+            help=option.help,
+        )
+    parser.add_argument(
+        "--database-url",
+        dest="database_url",
+        help="PostgreSQL URL (default: $PGFLOW_DATABASE_URL, else $DATABASE_URL, else the"
+        " project's embedded server)",
+    )
     parsed = parser.parse_args(list(argv))
     for option in _OPTIONS:
         raw = getattr(parsed, option.name)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import re
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
-from tests.e2e.harness import Db, WorkerProcess, Workers, eventually
+from tests.e2e.harness import PROJECT, Db, WorkerProcess, Workers, eventually
 
 FIRST, SECOND, SIDE = "e2esteps__first", "e2esteps__second", "e2esteps__side"
 
@@ -240,3 +243,23 @@ def test_a_second_sigterm_ends_the_drain_at_once(workers: Workers, db: Db, tmp_p
     assert first.wait() == 0  # within the harness deadline, far below the 600 s grace
     assert "1 handler(s) still running after the grace period" in first.log()
     assert db.task(run_id, "first")["status"] == "started"  # left to stall recovery
+
+
+def test_an_entry_files_help_describes_its_worker_and_every_flag() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "app.pgflow.workers.e2e_steps.first", "--help"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: python -m app.pgflow.workers.e2e_steps.first ")
+    text = " ".join(shown.stdout.split())
+    assert "worker of flow e2eSteps, step first, queue e2esteps__first" in text
+    flags = ("--max-concurrent", "--batch-size", "--poll-interval", "--shutdown-grace",
+             "--worker-name", "--notifications", "--recovery-interval", "--prepared-statements",
+             "--database-url")  # fmt: skip
+    for flag in flags:  # each flag is explained, with its default
+        assert re.search(rf"{flag} [A-Z_]+ [A-Za-z].*?\(default: ", text), flag
+    assert text.count("(default: ") == len(flags)
