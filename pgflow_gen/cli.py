@@ -112,7 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add(
         "validate", "check flow spec files (exit 2 when invalid)", formats=("text", "json")
     )
-    validate.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
+    validate.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)",
+    )
     validate.set_defaults(handler=_validate)
 
     build = commands.add("build", "generate typed modules, workers and migrations")
@@ -188,7 +193,13 @@ def _spec_files(paths: Sequence[Path]) -> list[Path]:
 
 def _validate(args: argparse.Namespace) -> int:
     problems: list[problems_module.Problem] = []
-    files = _spec_files(args.paths)
+    paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
+    if not paths:
+        raise UsageError(
+            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    args.paths = paths
+    files = _spec_files(paths)
     try:
         build_module.load(files, project=Path.cwd())
     except problems_module.SpecErrors as exc:
