@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen import cli_ops, cli_parser, naming
+from pgflow_gen import cli_ops, cli_parser, flow_sql, naming
 from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
@@ -163,6 +163,39 @@ def _parser() -> argparse.ArgumentParser:
         "--target", metavar="NNNN", help="stop after this migration (default: the newest)"
     )
     migrate.set_defaults(handler=_db_migrate)
+    apply = db.add(
+        "apply", "apply the generated flow migrations (idempotent; one transaction each)",
+        database=True,
+    )  # fmt: skip
+    apply.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        help="the build output folder or its migrations/ (default: [tool.pgflow-gen] out)",
+    )
+    apply.set_defaults(handler=_db_apply)
+    export = db.add(
+        "export", "write the flow migrations as versioned files for another migration tool"
+    )
+    export.add_argument("target", type=Path, help="the folder your migration tool reads")
+    export.add_argument(
+        "--style", choices=flow_sql.STYLES, required=True, help="the migration tool's file format"
+    )
+    export.add_argument(
+        "--from",
+        dest="folder",
+        type=Path,
+        help="the build output folder (default: [tool.pgflow-gen] out)",
+    )
+    export.add_argument(
+        "--first-version",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the number of the first file in a new target folder (Supabase: a timestamp-like"
+        " number after your own migrations)",
+    )
+    export.set_defaults(handler=_db_export)
     sql = db.add("sql", "print the engine SQL for other migration tools")
     sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
     sql.set_defaults(handler=_db_sql)
@@ -365,6 +398,36 @@ def _db_migrate(args: argparse.Namespace) -> int:
             on_apply=lambda m: print(f"applying {m.version}_{m.name} ...", flush=True),
         )
     print(f"applied {len(done)} migration(s)" if done else "engine is up to date")
+    return EXIT_OK
+
+
+def _generated_folder(folder: Path | None) -> Path:
+    if folder is not None:
+        return folder
+    out = project_module.config(Path.cwd()).get("out")
+    if out is None:
+        raise UsageError(
+            "Pass the build output folder, or set `out` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    return Path(out)
+
+
+def _db_apply(args: argparse.Namespace) -> int:
+    files = flow_sql.migration_files(_generated_folder(args.folder))
+    url = database.resolve_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        flow_sql.apply(conn, files, lambda done: print(f"{done.outcome} ({done.path})"))
+    return EXIT_OK
+
+
+def _db_export(args: argparse.Namespace) -> int:
+    if args.first_version < 1:
+        raise UsageError("--first-version must be at least 1.")
+    files = flow_sql.migration_files(_generated_folder(args.folder))
+    written = flow_sql.export(files, args.target, args.style, first_version=args.first_version)
+    for item in written:
+        print(f"wrote   {item.path} (flow {item.flow})")
+    print(f"{len(written)} written, {len(files) - len(written)} unchanged")
     return EXIT_OK
 
 

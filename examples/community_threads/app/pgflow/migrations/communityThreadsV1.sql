@@ -123,5 +123,6 @@ begin
       using detail = v_result::text,
         hint = 'Flows are immutable: use a new flow slug for a new shape or queue mode.';
   end if;
+  raise notice 'flow % %', 'communityThreadsV1', v_result ->> 'status';
 end
 $pgflow$;
