@@ -108,15 +108,17 @@ def test_a_worker_that_reads_its_own_running_tasks_message_hides_it_again_quietl
         lambda: db.value(f"select read_ct from pgmq.q_{FIRST} where msg_id = %s", message_id) == 2,
         "the worker to read the message again",
     )
+
     # Its lease is back: hidden until about the step's timeout (30 s) after the claim + 2 s.
-    hidden_for = eventually(
-        lambda: db.value(
-            f"select extract(epoch from vt - now()) from pgmq.q_{FIRST}"
+    def lease_back() -> float | None:
+        rows = db.all(
+            f"select extract(epoch from vt - now()) as left from pgmq.q_{FIRST}"
             " where msg_id = %s and vt > now() + interval '15 seconds'",
             message_id,
-        ),
-        "the lease to be restored",
-    )
+        )
+        return float(rows[0]["left"]) if rows else None  # None until the worker restored it
+
+    hidden_for = eventually(lease_back, "the lease to be restored")
     assert 15 < hidden_for <= 32
     task = db.task(run_id, "first")
     assert (task["status"], task["attempts_count"]) == ("started", 1)
