@@ -191,9 +191,11 @@ def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Ru
     run = client.get_run(run_id)
     last_line = 0
 
+    checks = client.connect()  # one connection for the checks of every second
+
     def tick() -> None:
         nonlocal last_line
-        for step in run.unserved_steps():
+        for step in run.unserved_steps(conn=checks):
             if step.step_slug not in warned:
                 warned.add(step.step_slug)
                 if show:
@@ -214,6 +216,7 @@ def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Ru
             hint=f"Check it later with `pgflow-gen status {run_id}`.",
         ) from None
     finally:
+        checks.close()
         if show:
             print(file=sys.stderr)
 

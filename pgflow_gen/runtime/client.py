@@ -130,10 +130,16 @@ class Run(Generic[OutputT]):
                 for _event in conn.notifies(timeout=remaining, stop_after=1):
                     pass
 
-    def unserved_steps(self, freshness: float = 15.0) -> list[UnservedStep]:
+    def unserved_steps(
+        self, freshness: float = 15.0, *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[UnservedStep]:
         """The steps of this run whose tasks are queued while no live worker (a heartbeat within
-        `freshness` seconds) serves their queue: the run cannot go on until one starts."""
-        with self.client.connect() as conn, conn.cursor(row_factory=class_row(UnservedStep)) as cur:
+        `freshness` seconds) serves their queue: the run cannot go on until one starts. A caller
+        that asks repeatedly passes its own connection."""
+        if conn is None:
+            with self.client.connect() as own:
+                return self.unserved_steps(freshness, conn=own)
+        with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
             return cur.execute(
                 "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
                 " from pgflow.step_tasks as t"

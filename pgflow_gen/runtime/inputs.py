@@ -10,6 +10,8 @@ value of the input itself, only its JSON type.
 ['$.n: expected integer, got string']
 >>> problems({"type": "object", "required": ["n"]}, [1, 2])
 ['$: expected object, got array']
+>>> problems({"required": ["b"], "properties": {"a": {"type": "string"}}}, {"a": 1})
+['$.a: expected string, got integer', '$.b: missing (required)']
 """
 
 from __future__ import annotations
@@ -57,11 +59,10 @@ def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """What is wrong with `value` for `schema`, one line per problem, by JSON path; [] when it
     fits. The schema is JSON Schema draft 2020-12 (what flow specs use)."""
     validator = _Validator(schema)
-    found = sorted(
-        validator.iter_errors(value),
-        key=lambda e: ([str(part) for part in e.absolute_path], str(e.validator)),
-    )
-    return [_describe(error) for error in _leaves(found)][:MAX_PROBLEMS]
+    # Sorted as written, `$.path: ...`, so that a missing property sorts by its own path.
+    return sorted(_describe(error) for error in _leaves(validator.iter_errors(value)))[
+        :MAX_PROBLEMS
+    ]
 
 
 def _leaves(errors: Iterable[ValidationError]) -> Iterable[ValidationError]:
