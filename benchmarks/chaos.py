@@ -234,6 +234,10 @@ def soak(
         finished = _drain(url, list(starter.started), drain_deadline_s)
         report.drain_s = time.monotonic() - chaos_end
         _score(report, url, starter.started, finished, marks)
+        for worker in workers.values():
+            # A worker restarted just now may still be importing its modules, where Python
+            # itself dies of a SIGTERM; the stop is measured on workers that are running.
+            worker.wait_started()
     finally:
         report.exit_codes = [worker.terminate() for worker in workers.values()]
     return report

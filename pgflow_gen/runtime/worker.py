@@ -9,11 +9,13 @@ with its exact queue and polls until SIGTERM/SIGINT or deprecation (see `worker_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from pgflow_gen import naming
@@ -28,6 +30,7 @@ OutputT = TypeVar("OutputT")
 Handler = Callable[..., Any]
 
 _started = threading.Lock()
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 log = logging.getLogger("pgflow_gen.worker")
 
 
@@ -87,14 +90,39 @@ def start_worker(
     `FlowRoutingMismatchError` for a flow that differs from its definition. A generated entry
     file runs this through `run_main`, which turns them into one logged error and exit status 1.
     """
-    _configure_logging()
-    _run(flow, step_slug, handler, handlers, database_url, argv, given={
-        "max_concurrent": max_concurrent,
-        "batch_size": batch_size,
-        "poll_interval": poll_interval,
-        "shutdown_grace": shutdown_grace,
-        "worker_name": worker_name,
-    })  # fmt: skip
+    with _signals_noted() as stopped_before:
+        _configure_logging()
+        _run(flow, step_slug, handler, handlers, database_url, argv, stopped_before, given={
+            "max_concurrent": max_concurrent,
+            "batch_size": batch_size,
+            "poll_interval": poll_interval,
+            "shutdown_grace": shutdown_grace,
+            "worker_name": worker_name,
+        })  # fmt: skip
+
+
+@contextlib.contextmanager
+def _signals_noted() -> Iterator[list[str]]:
+    """Note SIGTERM/SIGINT while the worker starts, so a process manager stopping a worker that
+    is still starting gets a clean stop (exit 0) instead of a process killed by the signal.
+
+    The worker's event loop takes the signals over once it runs; the names noted before that
+    are handed to it. Outside the main thread signals cannot be handled here, and nothing changes.
+    """
+    noted: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def note(number: int, _frame: object) -> None:
+        noted.append(signal.Signals(number).name)
+
+    previous = {number: signal.signal(number, note) for number in _STOP_SIGNALS}
+    try:
+        yield noted
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def run_main(main: Callable[[], None]) -> int:
@@ -136,6 +164,7 @@ def _run(
     handlers: Mapping[str, object] | None,
     database_url: str | None,
     argv: Sequence[str] | None,
+    stopped_before: Sequence[str],
     given: dict[str, Any],
 ) -> None:
     assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
@@ -156,7 +185,7 @@ def _run(
     try:
         url = database.resolve_url(url_override or database_url)
         worker = Worker(assignment, tuning, url, log)
-        asyncio.run(worker.run())
+        asyncio.run(worker.run(stopped_before))
     finally:
         _started.release()
 

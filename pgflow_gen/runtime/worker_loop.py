@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -119,12 +119,20 @@ class Worker:
         self._prepare: int | None = 5 if tuning.prepared_statements else None
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, stopped_before: Sequence[str] = ()) -> None:
+        """Serve until stopped. `stopped_before` names signals that arrived before the loop
+        ran (`SIGTERM`): the worker then stops without starting."""
         self._wake_poll = asyncio.Event()
         self._wake_report = asyncio.Event()
         self._reporter_done = False
         self._install_signal_handlers()
+        for name in stopped_before:
+            self.begin_drain(f"received {name}")
         first = await self._connect_for_startup()
+        if first is None:
+            self._executor.shutdown(wait=False)
+            self.log.info("worker %s stopped before it started", self.name)
+            return
         try:
             await self._compile(first)
             if self._notifications:
@@ -235,17 +243,20 @@ class Worker:
                 )
 
     # -- startup -------------------------------------------------------------------------------
-    async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any]:
-        """Connect, retrying for a while: a worker may start a little before its database."""
+    async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any] | None:
+        """Connect, retrying for a while: a worker may start a little before its database.
+        None when the worker is stopped before it has connected."""
         deadline = time.monotonic() + STARTUP_CONNECT_S
         backoff = 0.25
-        while True:
+        while not self._draining:
             try:
                 return await psycopg.AsyncConnection.connect(
                     self.url, autocommit=True, prepare_threshold=self._prepare, **CONNECT_OPTIONS
                 )
             except psycopg.OperationalError as exc:
-                if self._draining or time.monotonic() + backoff > deadline:
+                if self._draining:
+                    return None
+                if time.monotonic() + backoff > deadline:
                     raise errors.DatabaseError(
                         "The worker cannot connect to the database.",
                         detail=str(exc).strip(),
@@ -253,8 +264,10 @@ class Worker:
                         " is up.",
                     ) from exc
                 self.log.warning("database not reachable yet (%s); retrying", str(exc).strip())
-                await asyncio.sleep(backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_poll.wait(), timeout=backoff)
                 backoff = min(backoff * 2, 5.0)
+        return None
 
     async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
         flow = self.assignment.flow

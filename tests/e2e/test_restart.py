@@ -85,3 +85,19 @@ def test_sigterm_stops_an_idle_worker_while_the_database_is_down(
     reason = line.split("stopped within 3 s (", 1)[1].split(")", 1)[0]
     assert reason.strip()  # names why: the server is unreachable
     assert "Traceback" not in log
+
+
+def test_sigterm_stops_a_worker_still_waiting_for_its_database(
+    own_server: embedded.EmbeddedServer, own_workers: Workers
+) -> None:
+    # A worker that starts before its database retries; stopped meanwhile, it stops at once,
+    # cleanly: exit 0, no error, nothing registered.
+    own_server.stop()
+    worker = own_workers.start("e2e_plain", "worker")
+    worker.wait_for_log("database not reachable yet")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(deadline=10.0) == 0
+    log = worker.log()
+    assert "worker e2ePlain stopped before it started" in log
+    assert "ERROR" not in log
+    assert "Traceback" not in log

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, errors, run_main, with_step_queues, worker_loop
+from pgflow_gen.runtime import (
+    Flow,
+    Step,
+    errors,
+    run_main,
+    with_step_queues,
+    worker_config,
+    worker_loop,
+)
 from pgflow_gen.runtime.worker import assignment_for, start_worker
 from pgflow_gen.runtime.worker_config import Tuning, check, overrides
 
@@ -200,3 +210,29 @@ def test_settings_given_in_code_must_have_their_type(values: dict[str, Any]) -> 
     with pytest.raises(errors.ConfigError, match="Invalid worker setting"):
         check(values)
     check({"poll_interval": 2, "shutdown_grace": 0.5, "notifications": False})
+
+
+def test_a_sigterm_while_the_worker_starts_stops_it_cleanly_without_connecting(
+    listening_url: tuple[str, socket.socket],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A process manager may stop a worker it has just started: the signal arrives while the
+    # settings are checked, before the event loop runs, and must not kill the process.
+    url, listener = listening_url
+    checked = worker_config.check
+
+    def check_then_get_stopped(settings: dict[str, Any]) -> None:
+        checked(settings)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(worker_config, "check", check_then_get_stopped)
+    before = signal.getsignal(signal.SIGTERM)
+    with caplog.at_level(logging.INFO, logger="pgflow_gen.worker"):
+        start_worker(FLOW, handlers=BOTH, database_url=url)
+    assert "worker orders stopped before it started" in caplog.messages
+    assert "worker orders: received SIGTERM, draining 0 handler(s) for up to 30.0 s" in (
+        caplog.messages
+    )
+    assert _no_connection_attempted(listener)
+    assert signal.getsignal(signal.SIGTERM) is before
