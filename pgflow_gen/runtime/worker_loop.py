@@ -34,10 +34,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
-from psycopg.types.json import Jsonb
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors
+from pgflow_gen.runtime import errors, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost, primary_message
 from pgflow_gen.runtime.reporting import send_reports
@@ -54,9 +53,6 @@ _RECOVERY_LOCK = 3
 _NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
-#: The newest engine function this worker calls: an engine without it is too old.
-NEWEST_ENGINE_FUNCTION = "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[])"
-NEWEST_ENGINE_MIGRATION = "0005"
 #: How long a stopping worker tries to mark itself stopped.
 MARK_STOPPED_S = 3.0
 #: The name prefix of the threads that run synchronous handlers.
@@ -99,12 +95,7 @@ class Worker:
         self._executor = ThreadPoolExecutor(
             max_workers=tuning.max_concurrent, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
-        #: Root single steps get the run input itself (even a JSON null); others their `input`.
-        self._roots = frozenset(
-            step.slug
-            for step in assignment.flow.steps
-            if step.step_type == "single" and not step.dependencies
-        )
+        self._roots = startup.takes_run_input(assignment.flow)
         #: Running handlers and their tasks.
         self._inflight: dict[asyncio.Task[Report], ClaimedTask] = {}
         #: Sync handlers' threads still running after their timeout failed their task.
@@ -270,68 +261,9 @@ class Worker:
         return None
 
     async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        flow = self.assignment.flow
-        try:
-            cursor = await conn.execute("select to_regprocedure(%s)", (NEWEST_ENGINE_FUNCTION,))
-            newest = await cursor.fetchone()
-            if newest is None or newest[0] is None:
-                raise errors.DatabaseError(
-                    "The database has no pgflow engine (or an older one).",
-                    detail=f"{NEWEST_ENGINE_FUNCTION} (engine migration"
-                    f" {NEWEST_ENGINE_MIGRATION}) is missing.",
-                    hint="Run `pgflow-gen db migrate` against this database first.",
-                )
-            cursor = await conn.execute(
-                "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
-                (
-                    flow.slug,
-                    Jsonb(flow.shape()),
-                    self.assignment.queue_mode,
-                    Jsonb(list(self.assignment.route_map)),
-                ),
-            )
-        except psycopg.OperationalError as exc:
-            if not connection_lost(conn, exc):
-                raise errors.FlowCompilationError(
-                    f'Flow "{flow.slug}" could not be compiled.', detail=primary_message(exc)
-                ) from exc
-            raise errors.DatabaseError(
-                "The database connection was lost while compiling the flow.",
-                detail=primary_message(exc),
-            ) from exc
-        except psycopg.errors.UndefinedFunction as exc:
-            raise errors.DatabaseError(
-                "The database has no pgflow engine (or an older one).",
-                detail=str(exc).strip(),
-                hint="Run `pgflow-gen db migrate` against this database first.",
-            ) from exc
-        except psycopg.Error as exc:
-            raise errors.FlowCompilationError(
-                f'Flow "{flow.slug}" could not be compiled.',
-                detail="\n".join(
-                    part for part in (exc.diag.message_primary, exc.diag.message_detail) if part
-                ),
-                hint=exc.diag.message_hint,
-            ) from exc
-        row = await cursor.fetchone()
-        result: dict[str, Any] = row[0] if row else {}
-        status = result.get("status")
-        if status == "mismatch":
-            kind = result.get("mismatchKind")
-            error = (
-                errors.FlowRoutingMismatchError
-                if kind == "routing"
-                else errors.FlowShapeMismatchError
-            )
-            raise error(
-                f'Flow "{flow.slug}" differs from its definition in the database ({kind}).',
-                detail="\n".join(result.get("differences", [])),
-                hint="Flows are immutable in production: deploy the change under a new flow slug"
-                " (for example communityThreadsV2), or run against a local database.",
-                flow_slug=flow.slug,
-                differences=tuple(result.get("differences", [])),
-            )
-        self.log.info("flow %s %s", flow.slug, status)
+        a = self.assignment
+        status = await startup.compile_flow(conn, a.flow, a.queue_mode, a.route_map)
+        self.log.info("flow %s %s", a.flow.slug, status)
 
     async def _enable_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Make PGMQ notify on inserts into this queue; False when this PGMQ (or this role)

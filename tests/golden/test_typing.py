@@ -88,9 +88,10 @@ def test_each_example_passes_mypy_strict(example: Path) -> None:
         if example == NEGATIVE_EXAMPLE
         else []
     )
+    tests = ["tests"] if (example / "tests").is_dir() else []  # written with the testing kit
     result = mypy(
         "--config-file", os.devnull, "--warn-unused-ignores", "--explicit-package-bases", "app",
-        *extra,
+        *tests, *extra,
         cwd=example, mypypath=example,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime import errors, migrations
-from tests.conftest import create_database, drop_database
+from pgflow_gen.testing.databases import create_database, drop_database
 from tests.migrations import catalog
 
 RELEASED = json.loads((Path(__file__).parent / "released.json").read_text())

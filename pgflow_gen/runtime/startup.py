@@ -1,0 +1,96 @@
+"""Compiling or verifying a flow in the database before anything runs it: what every worker
+does once at startup (and the testing kit before it runs a flow in process)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgflow_gen.naming import QueueMode
+from pgflow_gen.runtime import errors
+from pgflow_gen.runtime.flow import Flow
+from pgflow_gen.runtime.links import connection_lost, primary_message
+
+#: The newest engine function the runtime calls: an engine without it is too old.
+NEWEST_ENGINE_FUNCTION = "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[])"
+NEWEST_ENGINE_MIGRATION = "0005"
+
+
+async def compile_flow(
+    conn: psycopg.AsyncConnection[Any],
+    flow: Flow[Any, Any, Any],
+    queue_mode: QueueMode,
+    route_map: Sequence[Mapping[str, str]],
+) -> str:
+    """Compile `flow` (or check it matches what is compiled) and return the engine's status
+    (`compiled`, `verified`, `recompiled`).
+
+    Raises DatabaseError (no engine, an engine too old, a lost connection),
+    FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
+    FlowRoutingMismatchError (a different flow of that slug is compiled).
+    """
+    try:
+        cursor = await conn.execute("select to_regprocedure(%s)", (NEWEST_ENGINE_FUNCTION,))
+        newest = await cursor.fetchone()
+        if newest is None or newest[0] is None:
+            raise errors.DatabaseError(
+                "The database has no pgflow engine (or an older one).",
+                detail=f"{NEWEST_ENGINE_FUNCTION} (engine migration"
+                f" {NEWEST_ENGINE_MIGRATION}) is missing.",
+                hint="Run `pgflow-gen db migrate` against this database first.",
+            )
+        cursor = await conn.execute(
+            "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
+            (flow.slug, Jsonb(flow.shape()), queue_mode, Jsonb(list(route_map))),
+        )
+    except psycopg.OperationalError as exc:
+        if not connection_lost(conn, exc):
+            raise errors.FlowCompilationError(
+                f'Flow "{flow.slug}" could not be compiled.', detail=primary_message(exc)
+            ) from exc
+        raise errors.DatabaseError(
+            "The database connection was lost while compiling the flow.",
+            detail=primary_message(exc),
+        ) from exc
+    except psycopg.errors.UndefinedFunction as exc:
+        raise errors.DatabaseError(
+            "The database has no pgflow engine (or an older one).",
+            detail=str(exc).strip(),
+            hint="Run `pgflow-gen db migrate` against this database first.",
+        ) from exc
+    except psycopg.Error as exc:
+        raise errors.FlowCompilationError(
+            f'Flow "{flow.slug}" could not be compiled.',
+            detail="\n".join(
+                part for part in (exc.diag.message_primary, exc.diag.message_detail) if part
+            ),
+            hint=exc.diag.message_hint,
+        ) from exc
+    row = await cursor.fetchone()
+    result: dict[str, Any] = row[0] if row else {}
+    status = result.get("status")
+    if status == "mismatch":
+        kind = result.get("mismatchKind")
+        error = (
+            errors.FlowRoutingMismatchError if kind == "routing" else errors.FlowShapeMismatchError
+        )
+        raise error(
+            f'Flow "{flow.slug}" differs from its definition in the database ({kind}).',
+            detail="\n".join(result.get("differences", [])),
+            hint="Flows are immutable in production: deploy the change under a new flow slug"
+            " (for example communityThreadsV2), or run against a local database.",
+            flow_slug=flow.slug,
+            differences=tuple(result.get("differences", [])),
+        )
+    return str(status)
+
+
+def takes_run_input(flow: Flow[Any, Any, Any]) -> frozenset[str]:
+    """The steps whose handlers get the run input itself (even a JSON null): root single steps.
+    Every other handler gets its task's assembled `input`."""
+    return frozenset(
+        step.slug for step in flow.steps if step.step_type == "single" and not step.dependencies
+    )

@@ -1,0 +1,207 @@
+"""Running a whole flow in the test's own process, through the real engine: the flow is compiled,
+a run started, and every task read from its queue, claimed, handled and reported with the same
+engine calls a worker makes (`pgmq.read`, `pgflow.claim_tasks`, `complete_task` / `fail_task`),
+one task at a time, until the run completes or fails.
+
+Retries run at once: when nothing is ready but a retry waits out its backoff, its message is
+made visible now instead of sleeping. Conditions, skips, maps and timeouts behave as with
+workers, because the engine decides them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from pgflow_gen import naming
+from pgflow_gen.runtime import errors, startup
+from pgflow_gen.runtime.client import Client, Run
+from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.reporting import send_reports
+from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, run_task
+from pgflow_gen.runtime.worker import assignment_for
+from pgflow_gen.runtime.worker_config import READ_VISIBILITY
+
+log = logging.getLogger("pgflow_gen.testing")
+
+#: Messages read from a queue at once.
+_BATCH = 100
+
+
+class RunStuckError(errors.PgflowError):
+    """A run in process is still started, but no task of it can run: a message or task was
+    changed by hand, or another worker on the same database holds its tasks."""
+
+    code = "run_stuck"
+
+
+@dataclass(frozen=True)
+class _Queue:
+    name: str
+    step_slug: str | None  # the one step of a step-queued flow's queue
+    worker_id: uuid.UUID
+
+
+async def run_flow_async(
+    database_url: str,
+    flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+    *,
+    handlers: Mapping[str, object],
+    input: Any,
+    timeout: float = 60.0,
+) -> Run[Any]:
+    """Run `flow` with `input` to its end in this process and return the finished run.
+
+    `handlers` maps every step slug to its handler (the generated `Handlers` TypedDict).
+    Raises ConfigError for handlers that do not match the steps, InvalidRunInputError for a
+    wrong input (no run started), RunStuckError, or TimeoutError after `timeout` seconds.
+    """
+    plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+    checked = assignment_for(plain, step_slug=None, handler=None, handlers=handlers)
+    route_map: list[Mapping[str, str]]
+    if isinstance(flow, StepQueuedFlow):
+        mode: naming.QueueMode = "step"
+        route_map = list(flow.route_map())
+        queues = [_Queue(r.queue_name, r.step_slug, uuid.uuid4()) for r in flow.routes]
+    else:
+        mode, route_map = "flow", list(checked.route_map)
+        queues = [_Queue(checked.queue_name, None, uuid.uuid4())]
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await startup.compile_flow(conn, plain, mode, route_map)
+        for queue in queues:
+            await conn.execute(
+                "select from pgflow.register_worker(%s, %s, %s, %s, %s)",
+                (queue.worker_id, queue.name, "in-process", plain.slug, queue.step_slug),
+            )
+        client = Client(database_url)
+        started = await asyncio.to_thread(client.start_flow, plain, input)
+        runner = _Runner(conn, database_url, plain, checked.handlers, started.run_id)
+        try:
+            await runner.run_to_end(queues, deadline)
+        finally:
+            runner.close()
+            for queue in queues:
+                await conn.execute("select pgflow.mark_worker_stopped(%s)", (queue.worker_id,))
+    return await asyncio.to_thread(client.get_run, started.run_id)
+
+
+class _Runner:
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        database_url: str,
+        flow: Flow[Any, Any, Any],
+        handlers: Mapping[str, Handler],
+        run_id: uuid.UUID,
+    ) -> None:
+        self.conn = conn
+        self.url = database_url
+        self.flow = flow
+        self.handlers = handlers
+        self.run_id = run_id
+        self.roots = startup.takes_run_input(flow)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgflow-test")
+        self.shutdown = threading.Event()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run_to_end(self, queues: list[_Queue], deadline: float) -> None:
+        hurried = False
+        while await self._status() == "started":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {self.run_id} of flow {self.flow.slug} is still running")
+            ran = 0
+            for queue in queues:
+                ran += await self._run_ready_tasks(queue)
+            if ran:
+                hurried = False
+                continue
+            if hurried or not await self._hurry(queues):
+                raise RunStuckError(
+                    f"Run {self.run_id} of flow {self.flow.slug} is started, but none of its"
+                    " tasks is queued.",
+                    detail=await self._step_states(),
+                    hint="Is another worker running on this database?",
+                )
+            hurried = True
+
+    async def _status(self) -> str:
+        cursor = await self.conn.execute(
+            "select status from pgflow.runs where run_id = %s", (self.run_id,)
+        )
+        row = await cursor.fetchone()
+        return str(row[0]) if row else "missing"
+
+    async def _run_ready_tasks(self, queue: _Queue) -> int:
+        cursor = await self.conn.execute(
+            "select msg_id from pgmq.read(%s, %s, %s)", (queue.name, READ_VISIBILITY, _BATCH)
+        )
+        ids = [row[0] for row in await cursor.fetchall()]
+        if not ids:
+            return 0
+        async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+            await claim.execute(
+                "select * from pgflow.claim_tasks(%s, %s, %s, %s, %s)",
+                (self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug),
+            )
+            claimed = await claim.fetchall()
+        for task in claimed:
+            report = await run_task(
+                task,
+                self.handlers[task.step_slug],
+                executor=self.executor,
+                worker_id=queue.worker_id,
+                shutdown=self.shutdown,
+                logger=log.getChild(task.step_slug),
+                database_url=self.url,
+                root=task.step_slug in self.roots,
+            )
+            if report.error is not None:
+                log.info(
+                    "task %s[%d] attempt %d failed: %s",
+                    task.step_slug,
+                    task.task_index,
+                    task.attempt,
+                    report.summary,
+                )
+            await send_reports(self.conn, [report], log)
+        return len(claimed)
+
+    async def _hurry(self, queues: list[_Queue]) -> bool:
+        """Make this run's messages that wait (a retry's backoff, a start delay) visible now;
+        False when there are none."""
+        hurried = 0
+        for queue in queues:
+            cursor = await self.conn.execute(
+                sql.SQL(
+                    "update pgmq.{} set vt = clock_timestamp()"
+                    " where vt > clock_timestamp() and message->>'run_id' = %s"
+                ).format(sql.Identifier(f"q_{queue.name.lower()}")),
+                (str(self.run_id),),
+            )
+            hurried += cursor.rowcount
+        return hurried > 0
+
+    async def _step_states(self) -> str:
+        cursor = await self.conn.execute(
+            "select step_slug, status, remaining_tasks from pgflow.step_states"
+            " where run_id = %s order by step_slug",
+            (self.run_id,),
+        )
+        return "\n".join(
+            f"step {slug}: {status}, {remaining} task(s) remaining"
+            for slug, status, remaining in await cursor.fetchall()
+        )

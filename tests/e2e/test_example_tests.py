@@ -1,0 +1,47 @@
+"""Each example's own tests (written with the testing kit, `pgflow_gen.testing`) pass, run as a
+user runs them: `pytest` in the example's folder, the kit's plugin found through its entry point."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "tests").is_dir())
+
+
+def test_every_example_with_handlers_has_tests() -> None:
+    with_handlers = {p.name for p in (ROOT / "examples").iterdir() if (p / "app").is_dir()}
+    assert with_handlers == {p.name for p in EXAMPLES}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_the_examples_own_tests_pass(example: Path, admin_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "pytest.ini"  # the example's own settings, not this repository's
+    config.write_text("[pytest]\nfilterwarnings = error\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-c", str(config), "--rootdir", ".",
+         "-p", "no:cacheprovider", "tests"],
+        cwd=example,
+        env={**os.environ, "PGFLOW_TEST_DATABASE_URL": admin_url},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout
+    assert "failed" not in result.stdout
+
+
+def test_the_testing_guide_shows_the_example_tests_as_they_are() -> None:
+    guide = (ROOT / "docs" / "testing.md").read_text()
+    shown = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", guide, re.DOTALL)
+    assert len(shown) == 2
+    for path, code in shown:
+        assert (ROOT / path).read_text() == code, path
