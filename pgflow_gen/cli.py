@@ -25,6 +25,7 @@ from pgflow_gen import cli_ops, cli_parser, flow_sql, naming
 from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
+from pgflow_gen.codegen import scaffold
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, embedded, errors, migrations
 from pgflow_gen.spec import loader
@@ -108,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = cli_parser.Commands(parser.add_subparsers(title="commands"))
+
+    init = commands.add("init", "create a project: a flow, typed handlers, a test")
+    init.add_argument(
+        "folder", nargs="?", type=Path, default=Path("."), help="the project folder (created)"
+    )
+    init.set_defaults(handler=_init)
 
     validate = commands.add(
         "validate", "check flow spec files (exit 2 when invalid)", formats=("text", "json")
@@ -212,6 +219,33 @@ def _version() -> str:
         version = "unknown"
     engine = migrations.available()[-1].version
     return f"pgflow-gen {version} (engine {engine})"
+
+
+def _init(args: argparse.Namespace) -> int:
+    folder: Path = args.folder
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} exists and is not a folder.")
+    name = scaffold.project_name(folder.resolve().name)
+    files = scaffold.project_files(name)
+    taken = [path for path in files if (folder / path).exists()]
+    if taken:
+        raise UsageError(
+            f"{folder} already has {', '.join(taken)}; init writes nothing over existing files.",
+            hint="Run it in a new or empty folder: `pgflow-gen init my-flows`.",
+        )
+    for path, text in files.items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("x", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        print(f"created {target}")
+    print("\nnext:")
+    if folder.resolve() != Path.cwd().resolve():
+        print(f"  cd {folder}")
+    print("  pgflow-gen build   # generate app/pgflow from flows/hello.yaml")
+    print("  pytest -q          # run tests/test_hello.py through the engine")
+    print("  pgflow-gen dev     # run every worker; rebuild and restart on changes")
+    return EXIT_OK
 
 
 def _spec_files(paths: Sequence[Path]) -> list[Path]:
