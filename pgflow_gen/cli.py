@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen import cli_ops, cli_parser, flow_sql, naming
+from pgflow_gen import cli_ops, cli_parser, devloop, flow_sql, naming
 from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
@@ -115,6 +115,11 @@ def _parser() -> argparse.ArgumentParser:
         "folder", nargs="?", type=Path, default=Path("."), help="the project folder (created)"
     )
     init.set_defaults(handler=_init)
+
+    dev = commands.add(
+        "dev", "build, migrate and run every worker; rebuild and restart on changes", database=True
+    )
+    dev.set_defaults(handler=_dev)
 
     validate = commands.add(
         "validate", "check flow spec files (exit 2 when invalid)", formats=("text", "json")
@@ -246,6 +251,11 @@ def _init(args: argparse.Namespace) -> int:
     print("  pytest -q          # run tests/test_hello.py through the engine")
     print("  pgflow-gen dev     # run every worker; rebuild and restart on changes")
     return EXIT_OK
+
+
+def _dev(args: argparse.Namespace) -> int:
+    settings = devloop.Settings.of(Path.cwd())
+    return devloop.DevLoop(settings, args.database_url).run()
 
 
 def _spec_files(paths: Sequence[Path]) -> list[Path]:

@@ -1,0 +1,275 @@
+"""`pgflow-gen dev`: the local loop in one command.
+
+It builds the specs of `[tool.pgflow-gen]`, starts or reuses the database (the embedded one
+unless a URL is configured), applies the engine migrations, and runs every worker of the
+generated Procfile as a child process (see `supervisor`). Then it watches the project:
+
+- a spec changed: rebuild; workers whose generated flow module or entry file changed restart,
+  new ones start, removed ones stop (each worker compiles its flow when it starts: on a local
+  database a changed flow is recompiled, as always). A spec error is printed as `validate` prints
+  it, and the running workers keep running;
+- a handler module changed: the workers whose steps it holds restart; any other Python file of
+  the project restarts every worker (it may be imported anywhere).
+
+Ctrl-C (or SIGTERM) stops every worker (they drain) and ends with status 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import psycopg
+import watchfiles
+
+from pgflow_gen import naming
+from pgflow_gen import project as project_module
+from pgflow_gen import supervisor as supervisor_module
+from pgflow_gen.codegen import artifacts
+from pgflow_gen.codegen import build as build_module
+from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime import database, migrations
+from pgflow_gen.spec import problems as problems_module
+
+#: How long stopping workers may drain before they are killed.
+STOP_GRACE_S = 10.0
+#: Folders never watched.
+_IGNORED_DIRS = {".git", ".venv", "venv", ".pgflow", "__pycache__", ".mypy_cache",
+                 ".pytest_cache", ".ruff_cache", "node_modules"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the generated output asks to run: Procfile entries, what each one depends on."""
+
+    #: Procfile name -> command.
+    commands: dict[str, str] = field(default_factory=dict)
+    #: Procfile name -> a hash of its generated flow module and entry file.
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    #: Procfile name -> the handler modules of the steps it runs.
+    handler_modules: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: Path
+    specs: tuple[Path, ...]
+    out: Path
+    package: str | None
+
+    @classmethod
+    def of(cls, project: Path) -> Settings:
+        config = project_module.config(project)
+        if not config.get("specs") or "out" not in config:
+            raise UsageError(
+                "pgflow-gen dev needs `specs` and `out` under [tool.pgflow-gen] in pyproject.toml.",
+                hint="Run it in a project folder, for example one made by `pgflow-gen init`.",
+            )
+        return cls(
+            project=project,
+            specs=tuple(project / p for p in config["specs"]),
+            out=project / config["out"],
+            package=config.get("package"),
+        )
+
+    def spec_files(self) -> list[Path]:
+        files: list[Path] = []
+        for path in self.specs:
+            if path.is_dir():
+                files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
+            elif path.exists():
+                files.append(path)
+        return files
+
+
+class DevLoop:
+    def __init__(
+        self, settings: Settings, database_url: str | None, out: TextIO | None = None
+    ) -> None:
+        self.settings = settings
+        self.database_url = database_url
+        self.out = out or sys.stdout
+        self.stopping = threading.Event()
+        self.plan = Plan()
+        self.supervisor = supervisor_module.Supervisor(
+            cwd=str(settings.project),
+            env=os.environ,
+            out=self.out,
+            color=supervisor_module.use_color(self.out),
+        )
+
+    def run(self) -> int:
+        plan = self._build()
+        url = database.resolve_url(self.database_url, project=self.settings.project)
+        self._say(f"database {url}")
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrations.ensure_pgmq(conn)
+            applied = migrations.migrate(conn)
+        self._say(f"engine migrations: {len(applied)} applied" if applied else "engine is current")
+        self.supervisor.env["PGFLOW_DATABASE_URL"] = url
+        self.supervisor.env.pop("DATABASE_URL", None)
+        if plan is not None:
+            self._apply(plan)
+        self._say("watching for changes; Ctrl-C stops every worker")
+        previous = signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        try:
+            for changes in self._watch():
+                self._changed({Path(path) for _, path in changes})
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            statuses = self.supervisor.stop_all(STOP_GRACE_S)
+            summary = ", ".join(f"{name} {status}" for name, status in statuses.items())
+            self._say(f"stopped ({summary or 'no workers'})")
+        return 0
+
+    # -- changes -------------------------------------------------------------------------------
+    def _watch(self) -> Iterator[Set[tuple[watchfiles.Change, str]]]:
+        return watchfiles.watch(
+            self.settings.project,
+            *[p for p in self.settings.specs if p.exists() and not self._in_project(p)],
+            watch_filter=self._watched,
+            stop_event=self.stopping,
+            debounce=400,
+            raise_interrupt=True,
+        )
+
+    def _watched(self, change: watchfiles.Change, path: str) -> bool:
+        candidate = Path(path)
+        if _IGNORED_DIRS.intersection(candidate.parts) or _inside(candidate, self.settings.out):
+            return False
+        return candidate.suffix in (".py", ".yaml", ".yml")
+
+    def _changed(self, paths: set[Path]) -> None:
+        specs = [p for p in paths if p.suffix in (".yaml", ".yml") and self._is_spec(p)]
+        modules = {m for m in (self._module_of(p) for p in paths if p.suffix == ".py") if m}
+        restart: set[str] = set()
+        if specs:
+            self._say(f"spec changed: {', '.join(sorted(self._show(p) for p in specs))}")
+            plan = self._build()
+            if plan is not None:
+                self._apply(plan)
+        if modules:
+            self._say(f"changed: {', '.join(sorted(modules))}")
+            restart = self._affected(modules)
+        for name in sorted(restart):
+            self._restart(name)
+
+    def _affected(self, modules: set[str]) -> set[str]:
+        """Workers to restart for changed modules: those whose handlers a module holds; every
+        one when a module is no handler module (it may be imported by any of them)."""
+        holders = {
+            name
+            for name, held in self.plan.handler_modules.items()
+            if modules & held or any(h.startswith(f"{m}.") for m in modules for h in held)
+        }
+        known = {m for held in self.plan.handler_modules.values() for m in held}
+        if modules - known:
+            return set(self.plan.commands)
+        return holders
+
+    # -- building and applying a plan ------------------------------------------------------------
+    def _build(self) -> Plan | None:
+        settings = self.settings
+        files = settings.spec_files()
+        try:
+            loaded = build_module.load(files, project=settings.project)
+            package = settings.package or build_module.package_for(settings.out, settings.project)
+            generated = build_module.generate(files, package=package, project=settings.project)
+        except problems_module.SpecErrors as exc:
+            for problem in exc.problems:
+                self._say(problem.render())
+            self._say(f"{len(exc.problems)} problem(s): the running workers keep running")
+            return None
+        except naming.FlowSpecError as exc:
+            self._say(f"error: {exc}: the running workers keep running")
+            return None
+        outcome = build_module.apply(generated, settings.out, check=False)
+        self._say(
+            f"built {len(files)} spec(s): {len(outcome.written)} written,"
+            f" {len(outcome.removed)} removed, {outcome.unchanged} unchanged"
+        )
+        return _plan(generated, loaded)
+
+    def _apply(self, plan: Plan) -> None:
+        """Stop removed workers, restart changed ones, start new ones."""
+        old, self.plan = self.plan, plan
+        for name in old.commands:
+            if name not in plan.commands:
+                self.supervisor.stop(name, STOP_GRACE_S)
+        for name, command in plan.commands.items():
+            if name not in old.commands:
+                self.supervisor.start(name, command)
+            elif (command, plan.fingerprints[name]) != (old.commands[name], old.fingerprints[name]):
+                self._restart(name)
+
+    def _restart(self, name: str) -> None:
+        if name in self.supervisor.names:
+            self.supervisor.stop(name, STOP_GRACE_S)
+        self.supervisor.start(name, self.plan.commands[name])
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _in_project(self, path: Path) -> bool:
+        return _inside(path, self.settings.project)
+
+    def _is_spec(self, path: Path) -> bool:
+        return any(path == spec or _inside(path, spec) for spec in self.settings.specs)
+
+    def _module_of(self, path: Path) -> str | None:
+        try:
+            relative = path.resolve().relative_to(self.settings.project.resolve())
+        except ValueError:
+            return None
+        parts = list(relative.with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts.pop()
+        return ".".join(parts) or None
+
+    def _show(self, path: Path) -> str:
+        return build_module.display_path(path, self.settings.project)
+
+    def _say(self, text: str) -> None:
+        self.supervisor.say(text)
+
+
+def _plan(generated: dict[str, str], loaded: Iterable[Any]) -> Plan:
+    commands: dict[str, str] = {}
+    for line in generated.get(artifacts.PROCFILE, "").splitlines():
+        name, colon, command = line.partition(":")
+        if colon and not name.startswith("#"):
+            commands[name.strip()] = command.strip()
+    handlers: dict[str, set[str]] = {}
+    for item in loaded:
+        spec = item.spec
+        for step in spec.steps:
+            name = f"{spec.slug}-{step.slug}" if spec.queue_mode == "step" else spec.slug
+            handlers.setdefault(name, set()).add(step.handler.partition(":")[0])
+    fingerprints = {}
+    for name, command in commands.items():
+        module = command.rsplit(" ", 1)[-1]  # package.workers.<flow module>.<entry>
+        flow_module, entry = module.split(".")[-2:]
+        digest = hashlib.sha256()
+        for path in (f"{flow_module}.py", f"workers/{flow_module}/{entry}.py"):
+            digest.update(generated.get(path, "").encode())
+        fingerprints[name] = digest.hexdigest()
+    return Plan(
+        commands=commands,
+        fingerprints=fingerprints,
+        handler_modules={name: frozenset(handlers.get(name, ())) for name in commands},
+    )
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
