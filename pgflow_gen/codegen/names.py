@@ -35,6 +35,7 @@ FIXED_NAMES = (
     "Input",
     "Output",
     "StepSlug",
+    "Steps",
     # imports of the flow module (typing and pgflow_gen.runtime)
     "Context",
     "Final",
@@ -50,6 +51,7 @@ FIXED_NAMES = (
     "StepOptions",
     "StepQueuedFlow",
     "TypeAlias",
+    "TypeVar",
     "TypedDict",
     "annotations",
     "run_main",

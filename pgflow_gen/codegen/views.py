@@ -52,6 +52,34 @@ class StepView:
         return layout.text(entry, indent=4, suffix=",")
 
     @property
+    def handler_typevar(self) -> str:
+        """The private TypeVar bound to this step's Protocol, which its `Steps` decorator takes
+        and returns (so the decorated function keeps its own, precise type)."""
+        return f"_{self.handler_name}T"
+
+    @property
+    def handler_typevar_line(self) -> str:
+        call = layout.Group(
+            "TypeVar",
+            "(",
+            ")",
+            (
+                layout.Atom(literals.string(self.handler_typevar)),
+                layout.Pair("bound", "=", layout.Atom(self.handler_name)),
+            ),
+        )
+        return layout.text(call, indent=0, prefix=f"{self.handler_typevar} = ")
+
+    @property
+    def handler_assignment(self) -> str:
+        """`HANDLER: <Protocol> = module.function` in a step worker's entry file."""
+        return layout.text(
+            layout.Atom(self.handler_expression),
+            indent=0,
+            prefix=f"HANDLER: {self.handler_name} = ",
+        )
+
+    @property
     def handler_import(self) -> str:
         alias = self.handler_reference
         return f"import {self.handler_module}" + (
@@ -73,6 +101,9 @@ class FlowView:
     handlers: TypedDictDecl
     typing_imports: tuple[str, ...]
     runtime_imports: tuple[str, ...]
+    #: pyright settings of the module: a JSON property named "" is a TypedDict key that pyright
+    #: rejects ("Names within a TypedDict cannot be empty"); Python and mypy accept it.
+    pyright_comment: str | None
     step_slug_members: tuple[str, ...]
     all_names: tuple[str, ...]
     flow_options: str
@@ -171,7 +202,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     used = {s.input_annotation for s in steps}.union(*(_decl_names(d) for d in builder.decls))
     typing_imports = ["Final", "Literal"]
     if spec.steps:
-        typing_imports.append("Protocol")
+        typing_imports += ["Protocol", "TypeVar"]
     if any(isinstance(decl, AliasDecl) for decl in builder.decls):
         typing_imports.append("TypeAlias")
     if not spec.steps:
@@ -204,7 +235,12 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         input_schema=input_schema,
     )
     route_map = naming.route_map(routes) if spec.queue_mode == "step" else None
+    empty_key = any(
+        isinstance(decl, TypedDictDecl) and any(f.key == "" for f in decl.fields)
+        for decl in builder.decls
+    )
     return FlowView(
+        pyright_comment="# pyright: reportGeneralTypeIssues=false" if empty_key else None,
         slug=spec.slug,
         module=module,
         source=source,
@@ -233,6 +269,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                     *(["STEP_QUEUED_FLOW"] if spec.queue_mode == "step" else []),
                     "Handlers",
                     "StepSlug",
+                    *(["Steps"] if spec.steps else []),
                     *(decl.name for decl in builder.decls),
                     *(view.handler_name for view in steps),
                     "run_main",

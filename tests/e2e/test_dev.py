@@ -111,8 +111,10 @@ def test_dev_runs_the_workers_restarts_them_on_a_change_and_stops_them_all(
     spec = project / "flows" / "hello.yaml"
     spec.write_text(spec.read_text().replace("depends_on: [greet]", "depends_on: [gret]"))
     log = dev.wait_for(r"the running workers keep running")
-    assert "flows/hello.yaml:" in log and "gret" in log
-    assert dev.pids() == second and all(alive(pid) for pid in second.values())
+    assert "flows/hello.yaml:" in log
+    assert "gret" in log
+    assert dev.pids() == second
+    assert all(alive(pid) for pid in second.values())
 
     dev.proc.send_signal(signal.SIGINT)
     assert dev.proc.wait(timeout=60) == 0

@@ -12,6 +12,7 @@ from app.pgflow.community_threads_v1 import (
     DeliverSlackHandler,
     Handlers,
     Input,
+    Steps,
 )
 
 from pgflow_gen.runtime import Client, Context, start_worker
@@ -27,6 +28,17 @@ def takes_wrong_input(flow_input: str, ctx: Context[Input], /) -> ClassifyOutput
 
 def returns_unknown_route(flow_input: Input, ctx: Context[Input], /) -> ClassifyOutput:
     return {"route": "maybe"}  # type: ignore[typeddict-item]
+
+
+# The decorator reports a mistake at the handler itself (this line), not in an entry file.
+@Steps.classify  # type: ignore[type-var]
+def decorated_returns_wrong_type(flow_input: Input, ctx: Context[Input], /) -> int:
+    return 1
+
+
+@Steps.deliver_slack  # type: ignore[type-var]
+def decorated_for_the_wrong_step(flow_input: Input, ctx: Context[Input], /) -> ClassifyOutput:
+    return {"route": "help"}
 
 
 def never_called() -> None:

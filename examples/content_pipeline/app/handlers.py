@@ -8,19 +8,23 @@ from app.pgflow.content_pipeline_v1 import (
     FetchPagesItem,
     FetchPagesItemOutput,
     Input,
+    Steps,
     SummarizeDeps,
 )
 from pgflow_gen.runtime import Context
 
 
+@Steps.fetch_pages
 def fetch_page(item: FetchPagesItem, ctx: Context[Input], /) -> FetchPagesItemOutput:
     return {"url": item, "words": len(item) * 10}
 
 
+@Steps.enrich
 def enrich(deps: EnrichDeps, ctx: Context[Input], /) -> EnrichOutput:
     return {page["url"]: page["words"] / 100 for page in deps["fetchPages"]}
 
 
+@Steps.summarize
 def summarize(deps: SummarizeDeps, ctx: Context[Input], /) -> str:
     total = sum(page["words"] for page in deps["fetchPages"])
     scores = deps.get("enrich")  # absent when enrichment was skipped

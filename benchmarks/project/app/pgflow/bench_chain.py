@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -27,6 +27,7 @@ __all__ = [
     "OneOutput",
     "Output",
     "StepSlug",
+    "Steps",
     "ThreeDeps",
     "ThreeHandler",
     "ThreeOutput",
@@ -98,6 +99,40 @@ class Handlers(TypedDict):
     one: OneHandler
     two: TwoHandler
     three: ThreeHandler
+
+
+_OneHandlerT = TypeVar("_OneHandlerT", bound=OneHandler)
+_TwoHandlerT = TypeVar("_TwoHandlerT", bound=TwoHandler)
+_ThreeHandlerT = TypeVar("_ThreeHandlerT", bound=ThreeHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def one(
+        handler: _OneHandlerT,
+        /,
+    ) -> _OneHandlerT:
+        return handler
+
+    @staticmethod
+    def two(
+        handler: _TwoHandlerT,
+        /,
+    ) -> _TwoHandlerT:
+        return handler
+
+    @staticmethod
+    def three(
+        handler: _ThreeHandlerT,
+        /,
+    ) -> _ThreeHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -36,6 +36,7 @@ __all__ = [
     "SquareItemOutput",
     "SquareOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -116,6 +117,48 @@ class Handlers(TypedDict):
     square: SquareHandler
     side: SideHandler
     join: JoinHandler
+
+
+_SplitHandlerT = TypeVar("_SplitHandlerT", bound=SplitHandler)
+_SquareHandlerT = TypeVar("_SquareHandlerT", bound=SquareHandler)
+_SideHandlerT = TypeVar("_SideHandlerT", bound=SideHandler)
+_JoinHandlerT = TypeVar("_JoinHandlerT", bound=JoinHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def split(
+        handler: _SplitHandlerT,
+        /,
+    ) -> _SplitHandlerT:
+        return handler
+
+    @staticmethod
+    def square(
+        handler: _SquareHandlerT,
+        /,
+    ) -> _SquareHandlerT:
+        return handler
+
+    @staticmethod
+    def side(
+        handler: _SideHandlerT,
+        /,
+    ) -> _SideHandlerT:
+        return handler
+
+    @staticmethod
+    def join(
+        handler: _JoinHandlerT,
+        /,
+    ) -> _JoinHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -28,6 +28,7 @@ __all__ = [
     "SlowItemOutput",
     "SlowOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -74,6 +75,32 @@ class FastHandler(Protocol):
 class Handlers(TypedDict):
     slow: SlowHandler
     fast: FastHandler
+
+
+_SlowHandlerT = TypeVar("_SlowHandlerT", bound=SlowHandler)
+_FastHandlerT = TypeVar("_FastHandlerT", bound=FastHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def slow(
+        handler: _SlowHandlerT,
+        /,
+    ) -> _SlowHandlerT:
+        return handler
+
+    @staticmethod
+    def fast(
+        handler: _FastHandlerT,
+        /,
+    ) -> _FastHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -35,6 +35,7 @@ __all__ = [
     "ListHelpersOutput",
     "Output",
     "StepSlug",
+    "Steps",
     "ThankHelpersHandler",
     "ThankHelpersItem",
     "ThankHelpersItemOutput",
@@ -126,6 +127,48 @@ class Handlers(TypedDict):
     deliverSlack: DeliverSlackHandler
     listHelpers: ListHelpersHandler
     thankHelpers: ThankHelpersHandler
+
+
+_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
+_DeliverSlackHandlerT = TypeVar("_DeliverSlackHandlerT", bound=DeliverSlackHandler)
+_ListHelpersHandlerT = TypeVar("_ListHelpersHandlerT", bound=ListHelpersHandler)
+_ThankHelpersHandlerT = TypeVar("_ThankHelpersHandlerT", bound=ThankHelpersHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def classify(
+        handler: _ClassifyHandlerT,
+        /,
+    ) -> _ClassifyHandlerT:
+        return handler
+
+    @staticmethod
+    def deliver_slack(
+        handler: _DeliverSlackHandlerT,
+        /,
+    ) -> _DeliverSlackHandlerT:
+        return handler
+
+    @staticmethod
+    def list_helpers(
+        handler: _ListHelpersHandlerT,
+        /,
+    ) -> _ListHelpersHandlerT:
+        return handler
+
+    @staticmethod
+    def thank_helpers(
+        handler: _ThankHelpersHandlerT,
+        /,
+    ) -> _ThankHelpersHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

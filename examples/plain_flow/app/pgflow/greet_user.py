@@ -6,7 +6,7 @@ Greet a user by full name; one worker serves every step (queue mode flow).
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -30,6 +30,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -79,6 +80,32 @@ class GreetingHandler(Protocol):
 class Handlers(TypedDict):
     fullName: FullNameHandler
     greeting: GreetingHandler
+
+
+_FullNameHandlerT = TypeVar("_FullNameHandlerT", bound=FullNameHandler)
+_GreetingHandlerT = TypeVar("_GreetingHandlerT", bound=GreetingHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def full_name(
+        handler: _FullNameHandlerT,
+        /,
+    ) -> _FullNameHandlerT:
+        return handler
+
+    @staticmethod
+    def greeting(
+        handler: _GreetingHandlerT,
+        /,
+    ) -> _GreetingHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -37,6 +37,7 @@ __all__ = [
     "PickHandler",
     "PickOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -124,6 +125,48 @@ class Handlers(TypedDict):
     numbers: NumbersHandler
     double: DoubleHandler
     celebrate: CelebrateHandler
+
+
+_PickHandlerT = TypeVar("_PickHandlerT", bound=PickHandler)
+_NumbersHandlerT = TypeVar("_NumbersHandlerT", bound=NumbersHandler)
+_DoubleHandlerT = TypeVar("_DoubleHandlerT", bound=DoubleHandler)
+_CelebrateHandlerT = TypeVar("_CelebrateHandlerT", bound=CelebrateHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def pick(
+        handler: _PickHandlerT,
+        /,
+    ) -> _PickHandlerT:
+        return handler
+
+    @staticmethod
+    def numbers(
+        handler: _NumbersHandlerT,
+        /,
+    ) -> _NumbersHandlerT:
+        return handler
+
+    @staticmethod
+    def double(
+        handler: _DoubleHandlerT,
+        /,
+    ) -> _DoubleHandlerT:
+        return handler
+
+    @staticmethod
+    def celebrate(
+        handler: _CelebrateHandlerT,
+        /,
+    ) -> _CelebrateHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

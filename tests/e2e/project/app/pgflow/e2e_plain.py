@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -24,6 +24,7 @@ __all__ = [
     "ShoutHandler",
     "ShoutOutput",
     "StepSlug",
+    "Steps",
     "WrapUpDeps",
     "WrapUpHandler",
     "WrapUpOutput",
@@ -75,6 +76,32 @@ class WrapUpHandler(Protocol):
 class Handlers(TypedDict):
     shout: ShoutHandler
     wrap_up: WrapUpHandler
+
+
+_ShoutHandlerT = TypeVar("_ShoutHandlerT", bound=ShoutHandler)
+_WrapUpHandlerT = TypeVar("_WrapUpHandlerT", bound=WrapUpHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def shout(
+        handler: _ShoutHandlerT,
+        /,
+    ) -> _ShoutHandlerT:
+        return handler
+
+    @staticmethod
+    def wrap_up(
+        handler: _WrapUpHandlerT,
+        /,
+    ) -> _WrapUpHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

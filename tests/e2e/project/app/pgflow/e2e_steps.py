@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -32,6 +32,7 @@ __all__ = [
     "SideHandler",
     "SideOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -98,6 +99,40 @@ class Handlers(TypedDict):
     first: FirstHandler
     second: SecondHandler
     side: SideHandler
+
+
+_FirstHandlerT = TypeVar("_FirstHandlerT", bound=FirstHandler)
+_SecondHandlerT = TypeVar("_SecondHandlerT", bound=SecondHandler)
+_SideHandlerT = TypeVar("_SideHandlerT", bound=SideHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def first(
+        handler: _FirstHandlerT,
+        /,
+    ) -> _FirstHandlerT:
+        return handler
+
+    @staticmethod
+    def second(
+        handler: _SecondHandlerT,
+        /,
+    ) -> _SecondHandlerT:
+        return handler
+
+    @staticmethod
+    def side(
+        handler: _SideHandlerT,
+        /,
+    ) -> _SideHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

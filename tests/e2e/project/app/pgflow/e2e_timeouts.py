@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -26,6 +26,7 @@ __all__ = [
     "SlowSyncHandler",
     "SlowSyncOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -72,6 +73,32 @@ class SlowAsyncHandler(Protocol):
 class Handlers(TypedDict):
     slowSync: SlowSyncHandler
     slowAsync: SlowAsyncHandler
+
+
+_SlowSyncHandlerT = TypeVar("_SlowSyncHandlerT", bound=SlowSyncHandler)
+_SlowAsyncHandlerT = TypeVar("_SlowAsyncHandlerT", bound=SlowAsyncHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def slow_sync(
+        handler: _SlowSyncHandlerT,
+        /,
+    ) -> _SlowSyncHandlerT:
+        return handler
+
+    @staticmethod
+    def slow_async(
+        handler: _SlowAsyncHandlerT,
+        /,
+    ) -> _SlowAsyncHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

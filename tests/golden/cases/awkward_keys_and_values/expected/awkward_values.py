@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -33,6 +33,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -85,6 +86,32 @@ class A10Handler(Protocol):
 class Handlers(TypedDict):
     a2: A2Handler
     a10: A10Handler
+
+
+_A2HandlerT = TypeVar("_A2HandlerT", bound=A2Handler)
+_A10HandlerT = TypeVar("_A10HandlerT", bound=A10Handler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def a2(
+        handler: _A2HandlerT,
+        /,
+    ) -> _A2HandlerT:
+        return handler
+
+    @staticmethod
+    def a10(
+        handler: _A10HandlerT,
+        /,
+    ) -> _A10HandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -39,6 +39,7 @@ __all__ = [
     "PageOnCallHandler",
     "PageOnCallOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -140,6 +141,56 @@ class Handlers(TypedDict):
     escalate: EscalateHandler
     pageOnCall: PageOnCallHandler
     archive: ArchiveHandler
+
+
+_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
+_BillingHandlerT = TypeVar("_BillingHandlerT", bound=BillingHandler)
+_EscalateHandlerT = TypeVar("_EscalateHandlerT", bound=EscalateHandler)
+_PageOnCallHandlerT = TypeVar("_PageOnCallHandlerT", bound=PageOnCallHandler)
+_ArchiveHandlerT = TypeVar("_ArchiveHandlerT", bound=ArchiveHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def classify(
+        handler: _ClassifyHandlerT,
+        /,
+    ) -> _ClassifyHandlerT:
+        return handler
+
+    @staticmethod
+    def billing(
+        handler: _BillingHandlerT,
+        /,
+    ) -> _BillingHandlerT:
+        return handler
+
+    @staticmethod
+    def escalate(
+        handler: _EscalateHandlerT,
+        /,
+    ) -> _EscalateHandlerT:
+        return handler
+
+    @staticmethod
+    def page_on_call(
+        handler: _PageOnCallHandlerT,
+        /,
+    ) -> _PageOnCallHandlerT:
+        return handler
+
+    @staticmethod
+    def archive(
+        handler: _ArchiveHandlerT,
+        /,
+    ) -> _ArchiveHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -33,6 +33,7 @@ __all__ = [
     "SecondHandler",
     "SecondOutput",
     "StepSlug",
+    "Steps",
     "ThirdHandler",
     "ThirdOutput",
     "run_main",
@@ -108,6 +109,48 @@ class Handlers(TypedDict):
     second: SecondHandler
     third: ThirdHandler
     fourth: FourthHandler
+
+
+_FirstHandlerT = TypeVar("_FirstHandlerT", bound=FirstHandler)
+_SecondHandlerT = TypeVar("_SecondHandlerT", bound=SecondHandler)
+_ThirdHandlerT = TypeVar("_ThirdHandlerT", bound=ThirdHandler)
+_FourthHandlerT = TypeVar("_FourthHandlerT", bound=FourthHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def first(
+        handler: _FirstHandlerT,
+        /,
+    ) -> _FirstHandlerT:
+        return handler
+
+    @staticmethod
+    def second(
+        handler: _SecondHandlerT,
+        /,
+    ) -> _SecondHandlerT:
+        return handler
+
+    @staticmethod
+    def third(
+        handler: _ThirdHandlerT,
+        /,
+    ) -> _ThirdHandlerT:
+        return handler
+
+    @staticmethod
+    def fourth(
+        handler: _FourthHandlerT,
+        /,
+    ) -> _FourthHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol
+from typing import Final, Literal, NotRequired, Protocol, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -23,6 +23,7 @@ __all__ = [
     "InputAddress",
     "Output",
     "StepSlug",
+    "Steps",
     "StoreHandler",
     "StoreOutput",
     "StoreOutputLocation",
@@ -75,6 +76,24 @@ class StoreHandler(Protocol):
 
 class Handlers(TypedDict):
     store: StoreHandler
+
+
+_StoreHandlerT = TypeVar("_StoreHandlerT", bound=StoreHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def store(
+        handler: _StoreHandlerT,
+        /,
+    ) -> _StoreHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -34,6 +34,7 @@ __all__ = [
     "NumbersOutput",
     "Output",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -137,6 +138,42 @@ class Handlers(TypedDict):
     classify: ClassifyHandler
     deliverToEveryConfiguredChannel: DeliverToEveryConfiguredChannelHandler
     numbers: NumbersHandler
+
+
+_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
+_DeliverToEveryConfiguredChannelHandlerT = TypeVar(
+    "_DeliverToEveryConfiguredChannelHandlerT", bound=DeliverToEveryConfiguredChannelHandler
+)
+_NumbersHandlerT = TypeVar("_NumbersHandlerT", bound=NumbersHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def classify(
+        handler: _ClassifyHandlerT,
+        /,
+    ) -> _ClassifyHandlerT:
+        return handler
+
+    @staticmethod
+    def deliver_to_every_configured_channel(
+        handler: _DeliverToEveryConfiguredChannelHandlerT,
+        /,
+    ) -> _DeliverToEveryConfiguredChannelHandlerT:
+        return handler
+
+    @staticmethod
+    def numbers(
+        handler: _NumbersHandlerT,
+        /,
+    ) -> _NumbersHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -33,6 +33,7 @@ __all__ = [
     "ResizeItemOutput",
     "ResizeOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -106,6 +107,40 @@ class Handlers(TypedDict):
     load: LoadHandler
     resize: ResizeHandler
     report: ReportHandler
+
+
+_LoadHandlerT = TypeVar("_LoadHandlerT", bound=LoadHandler)
+_ResizeHandlerT = TypeVar("_ResizeHandlerT", bound=ResizeHandler)
+_ReportHandlerT = TypeVar("_ReportHandlerT", bound=ReportHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def load(
+        handler: _LoadHandlerT,
+        /,
+    ) -> _LoadHandlerT:
+        return handler
+
+    @staticmethod
+    def resize(
+        handler: _ResizeHandlerT,
+        /,
+    ) -> _ResizeHandlerT:
+        return handler
+
+    @staticmethod
+    def report(
+        handler: _ReportHandlerT,
+        /,
+    ) -> _ReportHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -32,6 +32,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "Steps",
     "SummarizeDeps",
     "SummarizeHandler",
     "SummarizeOutput",
@@ -106,6 +107,40 @@ class Handlers(TypedDict):
     fetchPages: FetchPagesHandler
     enrich: EnrichHandler
     summarize: SummarizeHandler
+
+
+_FetchPagesHandlerT = TypeVar("_FetchPagesHandlerT", bound=FetchPagesHandler)
+_EnrichHandlerT = TypeVar("_EnrichHandlerT", bound=EnrichHandler)
+_SummarizeHandlerT = TypeVar("_SummarizeHandlerT", bound=SummarizeHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def fetch_pages(
+        handler: _FetchPagesHandlerT,
+        /,
+    ) -> _FetchPagesHandlerT:
+        return handler
+
+    @staticmethod
+    def enrich(
+        handler: _EnrichHandlerT,
+        /,
+    ) -> _EnrichHandlerT:
+        return handler
+
+    @staticmethod
+    def summarize(
+        handler: _SummarizeHandlerT,
+        /,
+    ) -> _SummarizeHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

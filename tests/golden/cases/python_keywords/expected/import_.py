@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -28,6 +28,7 @@ __all__ = [
     "LambdaStepOutput",
     "Output",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -91,6 +92,32 @@ Handlers = TypedDict(
         "lambda_step": LambdaStepHandler,
     },
 )
+
+
+_ClassHandlerT = TypeVar("_ClassHandlerT", bound=ClassHandler)
+_LambdaStepHandlerT = TypeVar("_LambdaStepHandlerT", bound=LambdaStepHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def class_(
+        handler: _ClassHandlerT,
+        /,
+    ) -> _ClassHandlerT:
+        return handler
+
+    @staticmethod
+    def lambda_step(
+        handler: _LambdaStepHandlerT,
+        /,
+    ) -> _LambdaStepHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

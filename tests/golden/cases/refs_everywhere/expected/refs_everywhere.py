@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, NotRequired, Protocol, TypeAlias
+from typing import Final, Literal, NotRequired, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -39,6 +39,7 @@ __all__ = [
     "PerRowItemOutputTotal",
     "PerRowOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -128,6 +129,40 @@ class Handlers(TypedDict):
     each: EachHandler
     collect: CollectHandler
     perRow: PerRowHandler
+
+
+_EachHandlerT = TypeVar("_EachHandlerT", bound=EachHandler)
+_CollectHandlerT = TypeVar("_CollectHandlerT", bound=CollectHandler)
+_PerRowHandlerT = TypeVar("_PerRowHandlerT", bound=PerRowHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def each(
+        handler: _EachHandlerT,
+        /,
+    ) -> _EachHandlerT:
+        return handler
+
+    @staticmethod
+    def collect(
+        handler: _CollectHandlerT,
+        /,
+    ) -> _CollectHandlerT:
+        return handler
+
+    @staticmethod
+    def per_row(
+        handler: _PerRowHandlerT,
+        /,
+    ) -> _PerRowHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

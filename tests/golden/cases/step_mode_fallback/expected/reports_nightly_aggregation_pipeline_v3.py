@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 
 from pgflow_gen.runtime import (
     Context,
@@ -35,6 +35,7 @@ __all__ = [
     "PublishHandler",
     "PublishOutput",
     "StepSlug",
+    "Steps",
     "run_main",
     "start_worker",
 ]
@@ -97,6 +98,42 @@ class Handlers(TypedDict):
     load: LoadHandler
     aggregateEverythingAcrossAllTenants: AggregateEverythingAcrossAllTenantsHandler
     publish: PublishHandler
+
+
+_LoadHandlerT = TypeVar("_LoadHandlerT", bound=LoadHandler)
+_AggregateEverythingAcrossAllTenantsHandlerT = TypeVar(
+    "_AggregateEverythingAcrossAllTenantsHandlerT", bound=AggregateEverythingAcrossAllTenantsHandler
+)
+_PublishHandlerT = TypeVar("_PublishHandlerT", bound=PublishHandler)
+
+
+class Steps:
+    """Decorators that check each handler against its step's Protocol where it is defined.
+
+    Put `@Steps.<step module>` on a handler: mypy and pyright report a wrong signature or
+    output there, and the handler keeps its own type.
+    """
+
+    @staticmethod
+    def load(
+        handler: _LoadHandlerT,
+        /,
+    ) -> _LoadHandlerT:
+        return handler
+
+    @staticmethod
+    def aggregate_everything_across_all_tenants(
+        handler: _AggregateEverythingAcrossAllTenantsHandlerT,
+        /,
+    ) -> _AggregateEverythingAcrossAllTenantsHandlerT:
+        return handler
+
+    @staticmethod
+    def publish(
+        handler: _PublishHandlerT,
+        /,
+    ) -> _PublishHandlerT:
+        return handler
 
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(

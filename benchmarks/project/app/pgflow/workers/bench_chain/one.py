@@ -19,8 +19,7 @@ from ...bench_chain import (
     start_worker,
 )
 
-HANDLER: OneHandler
-HANDLER = app.handlers.one
+HANDLER: OneHandler = app.handlers.one
 
 
 def main() -> None:

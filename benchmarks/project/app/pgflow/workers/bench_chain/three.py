@@ -19,8 +19,7 @@ from ...bench_chain import (
     start_worker,
 )
 
-HANDLER: ThreeHandler
-HANDLER = app.handlers.three
+HANDLER: ThreeHandler = app.handlers.three
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...bench_chain import (
     start_worker,
 )
 
-HANDLER: TwoHandler
-HANDLER = app.handlers.two
+HANDLER: TwoHandler = app.handlers.two
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...chaos_flow import (
     start_worker,
 )
 
-HANDLER: JoinHandler
-HANDLER = app.chaos.join
+HANDLER: JoinHandler = app.chaos.join
 
 
 def main() -> None:

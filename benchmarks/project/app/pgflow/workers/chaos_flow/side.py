@@ -19,8 +19,7 @@ from ...chaos_flow import (
     start_worker,
 )
 
-HANDLER: SideHandler
-HANDLER = app.chaos.side
+HANDLER: SideHandler = app.chaos.side
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...chaos_flow import (
     start_worker,
 )
 
-HANDLER: SplitHandler
-HANDLER = app.chaos.split
+HANDLER: SplitHandler = app.chaos.split
 
 
 def main() -> None:

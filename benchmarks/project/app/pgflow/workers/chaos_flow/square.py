@@ -19,8 +19,7 @@ from ...chaos_flow import (
     start_worker,
 )
 
-HANDLER: SquareHandler
-HANDLER = app.chaos.square
+HANDLER: SquareHandler = app.chaos.square
 
 
 def main() -> None:

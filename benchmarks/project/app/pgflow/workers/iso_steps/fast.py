@@ -19,8 +19,7 @@ from ...iso_steps import (
     start_worker,
 )
 
-HANDLER: FastHandler
-HANDLER = app.handlers.fast
+HANDLER: FastHandler = app.handlers.fast
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...iso_steps import (
     start_worker,
 )
 
-HANDLER: SlowHandler
-HANDLER = app.handlers.slow
+HANDLER: SlowHandler = app.handlers.slow
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...community_threads_v1 import (
     start_worker,
 )
 
-HANDLER: ClassifyHandler
-HANDLER = app.handlers.classify
+HANDLER: ClassifyHandler = app.handlers.classify
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...community_threads_v1 import (
     start_worker,
 )
 
-HANDLER: DeliverSlackHandler
-HANDLER = app.handlers.deliver_slack
+HANDLER: DeliverSlackHandler = app.handlers.deliver_slack
 
 
 def main() -> None:

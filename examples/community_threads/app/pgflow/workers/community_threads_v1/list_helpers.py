@@ -19,8 +19,7 @@ from ...community_threads_v1 import (
     start_worker,
 )
 
-HANDLER: ListHelpersHandler
-HANDLER = app.handlers.list_helpers
+HANDLER: ListHelpersHandler = app.handlers.list_helpers
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...community_threads_v1 import (
     start_worker,
 )
 
-HANDLER: ThankHelpersHandler
-HANDLER = app.handlers.thank_helper
+HANDLER: ThankHelpersHandler = app.handlers.thank_helper
 
 
 def main() -> None:

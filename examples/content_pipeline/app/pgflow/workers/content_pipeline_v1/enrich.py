@@ -19,8 +19,7 @@ from ...content_pipeline_v1 import (
     start_worker,
 )
 
-HANDLER: EnrichHandler
-HANDLER = app.handlers.enrich
+HANDLER: EnrichHandler = app.handlers.enrich
 
 
 def main() -> None:

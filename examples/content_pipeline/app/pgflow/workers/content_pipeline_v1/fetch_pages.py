@@ -19,8 +19,7 @@ from ...content_pipeline_v1 import (
     start_worker,
 )
 
-HANDLER: FetchPagesHandler
-HANDLER = app.handlers.fetch_page
+HANDLER: FetchPagesHandler = app.handlers.fetch_page
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...content_pipeline_v1 import (
     start_worker,
 )
 
-HANDLER: SummarizeHandler
-HANDLER = app.handlers.summarize
+HANDLER: SummarizeHandler = app.handlers.summarize
 
 
 def main() -> None:

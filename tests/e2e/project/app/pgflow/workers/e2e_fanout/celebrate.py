@@ -19,8 +19,7 @@ from ...e2e_fanout import (
     start_worker,
 )
 
-HANDLER: CelebrateHandler
-HANDLER = app.handlers.celebrate
+HANDLER: CelebrateHandler = app.handlers.celebrate
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...e2e_fanout import (
     start_worker,
 )
 
-HANDLER: DoubleHandler
-HANDLER = app.handlers.double
+HANDLER: DoubleHandler = app.handlers.double
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...e2e_fanout import (
     start_worker,
 )
 
-HANDLER: NumbersHandler
-HANDLER = app.handlers.numbers
+HANDLER: NumbersHandler = app.handlers.numbers
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...e2e_fanout import (
     start_worker,
 )
 
-HANDLER: PickHandler
-HANDLER = app.handlers.pick
+HANDLER: PickHandler = app.handlers.pick
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...e2e_steps import (
     start_worker,
 )
 
-HANDLER: FirstHandler
-HANDLER = app.handlers.first
+HANDLER: FirstHandler = app.handlers.first
 
 
 def main() -> None:

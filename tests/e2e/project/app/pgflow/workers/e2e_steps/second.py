@@ -19,8 +19,7 @@ from ...e2e_steps import (
     start_worker,
 )
 
-HANDLER: SecondHandler
-HANDLER = app.handlers.second
+HANDLER: SecondHandler = app.handlers.second
 
 
 def main() -> None:

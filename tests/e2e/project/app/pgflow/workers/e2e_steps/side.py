@@ -19,8 +19,7 @@ from ...e2e_steps import (
     start_worker,
 )
 
-HANDLER: SideHandler
-HANDLER = app.handlers.side
+HANDLER: SideHandler = app.handlers.side
 
 
 def main() -> None:

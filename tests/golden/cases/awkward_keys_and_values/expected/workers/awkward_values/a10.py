@@ -19,8 +19,7 @@ from ...awkward_values import (
     start_worker,
 )
 
-HANDLER: A10Handler
-HANDLER = app.handlers.a10
+HANDLER: A10Handler = app.handlers.a10
 
 
 def main() -> None:

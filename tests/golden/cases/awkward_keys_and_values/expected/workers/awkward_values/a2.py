@@ -19,8 +19,7 @@ from ...awkward_values import (
     start_worker,
 )
 
-HANDLER: A2Handler
-HANDLER = _handlers_0.run
+HANDLER: A2Handler = _handlers_0.run
 
 
 def main() -> None:

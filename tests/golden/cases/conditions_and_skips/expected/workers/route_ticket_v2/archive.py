@@ -19,8 +19,7 @@ from ...route_ticket_v2 import (
     start_worker,
 )
 
-HANDLER: ArchiveHandler
-HANDLER = app.tickets.archive
+HANDLER: ArchiveHandler = app.tickets.archive
 
 
 def main() -> None:

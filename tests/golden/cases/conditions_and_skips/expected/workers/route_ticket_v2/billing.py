@@ -19,8 +19,7 @@ from ...route_ticket_v2 import (
     start_worker,
 )
 
-HANDLER: BillingHandler
-HANDLER = app.tickets.billing
+HANDLER: BillingHandler = app.tickets.billing
 
 
 def main() -> None:

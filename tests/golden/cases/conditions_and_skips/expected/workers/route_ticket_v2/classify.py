@@ -19,8 +19,7 @@ from ...route_ticket_v2 import (
     start_worker,
 )
 
-HANDLER: ClassifyHandler
-HANDLER = app.tickets.classify
+HANDLER: ClassifyHandler = app.tickets.classify
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...route_ticket_v2 import (
     start_worker,
 )
 
-HANDLER: EscalateHandler
-HANDLER = app.tickets.escalate
+HANDLER: EscalateHandler = app.tickets.escalate
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...route_ticket_v2 import (
     start_worker,
 )
 
-HANDLER: PageOnCallHandler
-HANDLER = app.tickets.page_on_call
+HANDLER: PageOnCallHandler = app.tickets.page_on_call
 
 
 def main() -> None:

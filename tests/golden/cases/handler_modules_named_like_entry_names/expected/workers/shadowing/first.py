@@ -19,8 +19,7 @@ from ...shadowing import (
     start_worker,
 )
 
-HANDLER: FirstHandler
-HANDLER = _handlers_0.run
+HANDLER: FirstHandler = _handlers_0.run
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...shadowing import (
     start_worker,
 )
 
-HANDLER: FourthHandler
-HANDLER = app.handlers.fourth
+HANDLER: FourthHandler = app.handlers.fourth
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...shadowing import (
     start_worker,
 )
 
-HANDLER: SecondHandler
-HANDLER = _handlers_0.go
+HANDLER: SecondHandler = _handlers_0.go
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...shadowing import (
     start_worker,
 )
 
-HANDLER: ThirdHandler
-HANDLER = _handlers_0.run
+HANDLER: ThirdHandler = _handlers_0.run
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...content_pipeline import (
     start_worker,
 )
 
-HANDLER: EnrichHandler
-HANDLER = pipeline.handlers.enrich
+HANDLER: EnrichHandler = pipeline.handlers.enrich
 
 
 def main() -> None:

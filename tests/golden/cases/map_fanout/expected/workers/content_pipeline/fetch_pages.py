@@ -19,8 +19,7 @@ from ...content_pipeline import (
     start_worker,
 )
 
-HANDLER: FetchPagesHandler
-HANDLER = pipeline.handlers.fetch_page
+HANDLER: FetchPagesHandler = pipeline.handlers.fetch_page
 
 
 def main() -> None:

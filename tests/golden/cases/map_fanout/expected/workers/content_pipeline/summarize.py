@@ -19,8 +19,7 @@ from ...content_pipeline import (
     start_worker,
 )
 
-HANDLER: SummarizeHandler
-HANDLER = pipeline.handlers.summarize
+HANDLER: SummarizeHandler = pipeline.handlers.summarize
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: ClassHandler
-HANDLER = app.handlers.klass
+HANDLER: ClassHandler = app.handlers.klass
 
 
 def main() -> None:

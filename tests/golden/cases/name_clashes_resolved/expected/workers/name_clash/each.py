@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: EachHandler
-HANDLER = app.handlers.each
+HANDLER: EachHandler = app.handlers.each
 
 
 def main() -> None:

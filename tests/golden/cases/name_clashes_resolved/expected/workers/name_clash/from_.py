@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: FromHandler
-HANDLER = app.handlers.origin
+HANDLER: FromHandler = app.handlers.origin
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: InputHandler
-HANDLER = app.handlers.first
+HANDLER: InputHandler = app.handlers.first
 
 
 def main() -> None:

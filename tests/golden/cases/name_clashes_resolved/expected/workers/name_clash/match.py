@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: MatchHandler
-HANDLER = app.handlers.match
+HANDLER: MatchHandler = app.handlers.match
 
 
 def main() -> None:

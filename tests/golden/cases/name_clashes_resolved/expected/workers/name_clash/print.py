@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: PrintHandler
-HANDLER = app.handlers.show
+HANDLER: PrintHandler = app.handlers.show
 
 
 def main() -> None:

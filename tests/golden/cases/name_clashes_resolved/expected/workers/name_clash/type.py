@@ -19,8 +19,7 @@ from ...name_clash import (
     start_worker,
 )
 
-HANDLER: TypeHandler
-HANDLER = app.handlers.kind
+HANDLER: TypeHandler = app.handlers.kind
 
 
 def main() -> None:

@@ -19,8 +19,7 @@ from ...reports_nightly_aggregation_pipeline_v3 import (
     start_worker,
 )
 
-HANDLER: AggregateEverythingAcrossAllTenantsHandler
-HANDLER = reports.jobs.aggregate
+HANDLER: AggregateEverythingAcrossAllTenantsHandler = reports.jobs.aggregate
 
 
 def main() -> None:

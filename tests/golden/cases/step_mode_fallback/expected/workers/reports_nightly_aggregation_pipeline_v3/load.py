@@ -19,8 +19,7 @@ from ...reports_nightly_aggregation_pipeline_v3 import (
     start_worker,
 )
 
-HANDLER: LoadHandler
-HANDLER = reports.jobs.load
+HANDLER: LoadHandler = reports.jobs.load
 
 
 def main() -> None:

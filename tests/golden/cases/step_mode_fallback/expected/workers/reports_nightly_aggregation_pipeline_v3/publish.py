@@ -19,8 +19,7 @@ from ...reports_nightly_aggregation_pipeline_v3 import (
     start_worker,
 )
 
-HANDLER: PublishHandler
-HANDLER = reports.jobs.publish
+HANDLER: PublishHandler = reports.jobs.publish
 
 
 def main() -> None:

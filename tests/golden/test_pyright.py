@@ -1,0 +1,70 @@
+"""pyright --strict over generated code (many users type-check with pyright or VS Code's Pylance):
+every golden tree, the examples with their handlers and tests, and the end-to-end and benchmark
+projects. pyright comes from PyPI with its own Node.js (`pyright[nodejs]`); nothing downloads at
+run time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.golden.test_typing import CASES, EXAMPLES, ROOT, handler_stubs
+
+PYRIGHT = Path(sys.executable).parent / "pyright"
+
+
+def pyright(
+    folder: Path, include: list[str], extra_paths: list[str] | None = None
+) -> tuple[list[str], int]:
+    """pyright's errors in `folder` (strict), as `file:line: message (rule)`, and the number of
+    files it checked."""
+    config = {
+        "typeCheckingMode": "strict",
+        "pythonVersion": "3.11",
+        "include": include,
+        "extraPaths": extra_paths or [],
+    }
+    (folder / "pyrightconfig.json").write_text(json.dumps(config))
+    try:
+        result = subprocess.run(
+            [str(PYRIGHT), "--outputjson", "--pythonpath", sys.executable],
+            cwd=folder,
+            # No check for a newer pyright (a network call) on every run.
+            env={**os.environ, "PYRIGHT_PYTHON_IGNORE_WARNINGS": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        (folder / "pyrightconfig.json").unlink()
+    report = json.loads(result.stdout)
+    errors = [
+        f"{Path(d['file']).relative_to(folder.resolve())}:{d['range']['start']['line'] + 1}:"
+        f" {d['message']} ({d.get('rule', '')})"
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    ]
+    return errors, report["summary"]["filesAnalyzed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_each_example_passes_pyright_strict(example: Path) -> None:
+    include = ["app", *(["tests"] if (example / "tests").is_dir() else [])]
+    errors, checked = pyright(example, include)
+    assert errors == []
+    assert checked >= len(list((example / "app" / "pgflow").rglob("*.py")))
+
+
+@pytest.mark.slow
+def test_golden_trees_pass_pyright_strict(tmp_path: Path) -> None:
+    stubs = handler_stubs(tmp_path / "handlers")
+    trees = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/expected"))
+    errors, checked = pyright(ROOT, trees, extra_paths=[str(stubs)])
+    assert errors == []
+    assert checked == len(list(CASES.glob("*/expected/**/*.py")))
