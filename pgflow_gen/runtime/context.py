@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
+from pgflow_gen.runtime import queries
+
 InputT = TypeVar("InputT")
 
 
@@ -121,9 +123,7 @@ class Context(Generic[InputT]):
     def flow_input(self) -> InputT:
         if self._flow_input is not None:
             return self._flow_input  # type: ignore[no-any-return]
-        row = self.connection.execute(
-            "select input from pgflow.runs where run_id = %s", (self.run_id,)
-        ).fetchone()
+        row = self.connection.execute(queries.RUN_INPUT, (self.run_id,)).fetchone()
         value: Any = row[0] if row else None
         object.__setattr__(self, "_flow_input", value)
         return value  # type: ignore[no-any-return]

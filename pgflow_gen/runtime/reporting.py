@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.runtime import queries
 from pgflow_gen.runtime.links import connection_lost, primary_message
 from pgflow_gen.runtime.task_runner import Report
 
@@ -67,8 +68,7 @@ async def _send_batch(
         return False
     try:
         cursor = await conn.execute(
-            "select attempts_count, status from pgflow.complete_tasks("
-            "%s, %s, %s, %s::jsonb[], %s::int[])",
+            queries.COMPLETE_TASKS,
             (
                 [r.task.run_id for r in batch],
                 [r.task.step_slug for r in batch],
@@ -94,11 +94,11 @@ def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
     key = (task.run_id, task.step_slug, task.task_index)
     if report.error is None:
         return (
-            "select attempts_count, status from pgflow.complete_task(%s, %s, %s, %s, %s)",
+            queries.COMPLETE_TASK,
             (*key, Jsonb(report.output), task.attempt),
         )
     return (
-        "select attempts_count, status from pgflow.fail_task(%s, %s, %s, %s, %s)",
+        queries.FAIL_TASK,
         (*key, report.error, task.attempt),
     )
 

@@ -10,7 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors
+from pgflow_gen.runtime import errors, queries
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import connection_lost, primary_message
 
@@ -33,7 +33,7 @@ async def compile_flow(
     FlowRoutingMismatchError (a different flow of that slug is compiled).
     """
     try:
-        cursor = await conn.execute("select to_regprocedure(%s)", (NEWEST_ENGINE_FUNCTION,))
+        cursor = await conn.execute(queries.FUNCTION_EXISTS, (NEWEST_ENGINE_FUNCTION,))
         newest = await cursor.fetchone()
         if newest is None or newest[0] is None:
             raise errors.DatabaseError(
@@ -43,7 +43,7 @@ async def compile_flow(
                 hint="Run `pgflow-gen db migrate` against this database first.",
             )
         cursor = await conn.execute(
-            "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)",
+            queries.ENSURE_FLOW_COMPILED,
             (flow.slug, Jsonb(flow.shape()), queue_mode, Jsonb(list(route_map))),
         )
     except psycopg.OperationalError as exc:

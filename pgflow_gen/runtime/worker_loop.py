@@ -36,7 +36,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, startup
+from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost, primary_message
 from pgflow_gen.runtime.reporting import send_reports
@@ -285,12 +285,8 @@ class Worker:
     async def _set_up_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         queue = self.assignment.queue_name
         async with conn.transaction():
-            await conn.execute(
-                "select pg_advisory_xact_lock(%s, %s)", (_LOCK_NAMESPACE, _NOTIFY_SETUP_LOCK)
-            )
-            cursor = await conn.execute(
-                "select to_regclass('pgmq.notify_insert_throttle') is not null"
-            )
+            await conn.execute(queries.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _NOTIFY_SETUP_LOCK))
+            cursor = await conn.execute(queries.PGMQ_HAS_NOTIFICATIONS)
             row = await cursor.fetchone()
             if not row or not row[0]:
                 self.log.info(
@@ -299,17 +295,17 @@ class Worker:
                 )
                 return False
             cursor = await conn.execute(
-                "select exists (select 1 from pgmq.notify_insert_throttle where queue_name = %s)",
+                queries.QUEUE_NOTIFIES,
                 (queue,),
             )
             row = await cursor.fetchone()
             if not row or not row[0]:
-                await conn.execute("select pgmq.enable_notify_insert(%s, 0)", (queue,))
+                await conn.execute(queries.ENABLE_NOTIFICATIONS, (queue,))
         return True
 
     async def _register(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(
-            "select from pgflow.register_worker(%s, %s, %s, %s, %s)",
+            queries.REGISTER_WORKER,
             (
                 self.worker_id,
                 self.assignment.queue_name,
@@ -356,21 +352,19 @@ class Worker:
 
     async def _read_and_claim(self, conn: psycopg.AsyncConnection[Any], wanted: int) -> int:
         a = self.assignment
-        cursor = await conn.execute(
-            "select msg_id from pgmq.read(%s, %s, %s)", (a.queue_name, READ_VISIBILITY, wanted)
-        )
+        cursor = await conn.execute(queries.READ_MESSAGES, (a.queue_name, READ_VISIBILITY, wanted))
         ids = [row[0] for row in await cursor.fetchall()]
         if not ids:
             return 0
         async with conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             if a.step_slug is None:
                 await claim.execute(
-                    "select * from pgflow.claim_tasks(%s, %s, %s, %s)",
+                    queries.CLAIM_TASKS,
                     (a.flow.slug, ids, self.worker_id, a.queue_name),
                 )
             else:
                 await claim.execute(
-                    "select * from pgflow.claim_tasks(%s, %s, %s, %s, %s)",
+                    queries.CLAIM_STEP_TASKS,
                     (a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug),
                 )
             claimed = await claim.fetchall()
@@ -415,7 +409,7 @@ class Worker:
         extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > READ_VISIBILITY]
         if extend:
             await conn.execute(
-                "select from pgflow.set_vt_batch(%s, %s::bigint[], %s::int[])",
+                queries.SET_VISIBILITY,
                 (self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]),
             )
         return set(own)
@@ -516,7 +510,7 @@ class Worker:
 
     async def _heartbeat(self, conn: psycopg.AsyncConnection[Any]) -> None:
         try:
-            cursor = await conn.execute("select pgflow.heartbeat_worker(%s)", (self.worker_id,))
+            cursor = await conn.execute(queries.HEARTBEAT, (self.worker_id,))
         except psycopg.errors.NoDataFound:
             # Our row was pruned (a long outage): register again.
             await self._register(conn)
@@ -527,8 +521,7 @@ class Worker:
 
     async def _recover_stalled(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cursor = await conn.execute(
-            "select case when pg_try_advisory_xact_lock(%s, %s)"
-            " then pgflow.requeue_stalled_tasks() end",
+            queries.REQUEUE_STALLED,
             (_LOCK_NAMESPACE, _RECOVERY_LOCK),
         )
         row = await cursor.fetchone()
@@ -544,7 +537,7 @@ class Worker:
             async with asyncio.timeout(MARK_STOPPED_S):
                 conn = await self._report_link.get(give_up=lambda: time.monotonic() > deadline)
                 if conn is not None:
-                    await conn.execute("select pgflow.mark_worker_stopped(%s)", (self.worker_id,))
+                    await conn.execute(queries.MARK_STOPPED, (self.worker_id,))
                     return
         except psycopg.Error as exc:
             reason = primary_message(exc)
@@ -574,7 +567,7 @@ class Worker:
                         async for _notify in conn.notifies(timeout=LISTEN_CHECK_S):
                             self._wake_poll.set()
                         # Quiet for a while: make sure the session is still alive.
-                        await conn.execute("select 1")
+                        await conn.execute(queries.PING)
                 except psycopg.Error as exc:
                     await link.broken(exc)
         finally:

@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from pgflow_gen import naming
-from pgflow_gen.runtime import errors, startup
+from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.reporting import send_reports
@@ -82,7 +82,7 @@ async def run_flow_async(
         await startup.compile_flow(conn, plain, mode, route_map)
         for queue in queues:
             await conn.execute(
-                "select from pgflow.register_worker(%s, %s, %s, %s, %s)",
+                queries.REGISTER_WORKER,
                 (queue.worker_id, queue.name, "in-process", plain.slug, queue.step_slug),
             )
         client = Client(database_url)
@@ -93,7 +93,7 @@ async def run_flow_async(
         finally:
             runner.close()
             for queue in queues:
-                await conn.execute("select pgflow.mark_worker_stopped(%s)", (queue.worker_id,))
+                await conn.execute(queries.MARK_STOPPED, (queue.worker_id,))
     return await asyncio.to_thread(client.get_run, started.run_id)
 
 
@@ -139,22 +139,20 @@ class _Runner:
             hurried = True
 
     async def _status(self) -> str:
-        cursor = await self.conn.execute(
-            "select status from pgflow.runs where run_id = %s", (self.run_id,)
-        )
+        cursor = await self.conn.execute(queries.RUN_STATUS, (self.run_id,))
         row = await cursor.fetchone()
         return str(row[0]) if row else "missing"
 
     async def _run_ready_tasks(self, queue: _Queue) -> int:
         cursor = await self.conn.execute(
-            "select msg_id from pgmq.read(%s, %s, %s)", (queue.name, READ_VISIBILITY, _BATCH)
+            queries.READ_MESSAGES, (queue.name, READ_VISIBILITY, _BATCH)
         )
         ids = [row[0] for row in await cursor.fetchall()]
         if not ids:
             return 0
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             await claim.execute(
-                "select * from pgflow.claim_tasks(%s, %s, %s, %s, %s)",
+                queries.CLAIM_STEP_TASKS,
                 (self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug),
             )
             claimed = await claim.fetchall()
@@ -186,21 +184,16 @@ class _Runner:
         hurried = 0
         for queue in queues:
             cursor = await self.conn.execute(
-                sql.SQL(
-                    "update pgmq.{} set vt = clock_timestamp()"
-                    " where vt > clock_timestamp() and message->>'run_id' = %s"
-                ).format(sql.Identifier(f"q_{queue.name.lower()}")),
+                sql.SQL(queries.SHOW_WAITING_MESSAGES).format(
+                    sql.Identifier(f"q_{queue.name.lower()}")
+                ),
                 (str(self.run_id),),
             )
             hurried += cursor.rowcount
         return hurried > 0
 
     async def _step_states(self) -> str:
-        cursor = await self.conn.execute(
-            "select step_slug, status, remaining_tasks from pgflow.step_states"
-            " where run_id = %s order by step_slug",
-            (self.run_id,),
-        )
+        cursor = await self.conn.execute(queries.STEP_STATES, (self.run_id,))
         return "\n".join(
             f"step {slug}: {status}, {remaining} task(s) remaining"
             for slug, status, remaining in await cursor.fetchall()
