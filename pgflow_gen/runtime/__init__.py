@@ -19,6 +19,7 @@ from pgflow_gen.runtime.client import (
     StepFailure,
 )
 from pgflow_gen.runtime.context import Context
+from pgflow_gen.runtime.embedding import Worker, run_worker
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import (
     Flow,
@@ -49,7 +50,9 @@ __all__ = [
     "StepOptions",
     "StepQueuedFlow",
     "TypedDict",
+    "Worker",
     "run_main",
+    "run_worker",
     "start_worker",
     "with_step_queues",
 ]

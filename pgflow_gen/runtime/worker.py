@@ -21,7 +21,7 @@ from typing import Any, TypeVar, overload
 from pgflow_gen import naming
 from pgflow_gen.runtime import database, errors, worker_config
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, Worker
+from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, WorkerLoop
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
@@ -184,7 +184,7 @@ def _run(
         )
     try:
         url = database.resolve_url(url_override or database_url)
-        worker = Worker(assignment, tuning, url, log)
+        worker = WorkerLoop(assignment, tuning, url, log)
         asyncio.run(worker.run(stopped_before))
     finally:
         _started.release()

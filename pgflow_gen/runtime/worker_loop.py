@@ -77,7 +77,9 @@ class Assignment:
         return f"flow {self.flow.slug}{step}, queue {self.queue_name}"
 
 
-class Worker:
+class WorkerLoop:
+    """One worker's loop: start, poll, report, drain and stop (see the module docstring)."""
+
     def __init__(
         self, assignment: Assignment, tuning: Tuning, database_url: str, logger: logging.Logger
     ) -> None:
@@ -92,6 +94,8 @@ class Worker:
             else assignment.flow.slug
         )
         self.shutdown = threading.Event()
+        #: Set once the worker has compiled its flow and registered, and polls.
+        self.started = asyncio.Event()
         self._executor = ThreadPoolExecutor(
             max_workers=tuning.max_concurrent, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
@@ -110,13 +114,16 @@ class Worker:
         self._prepare: int | None = 5 if tuning.prepared_statements else None
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def run(self, stopped_before: Sequence[str] = ()) -> None:
+    async def run(self, stopped_before: Sequence[str] = (), *, handle_signals: bool = True) -> None:
         """Serve until stopped. `stopped_before` names signals that arrived before the loop
-        ran (`SIGTERM`): the worker then stops without starting."""
+        ran (`SIGTERM`): the worker then stops without starting. With `handle_signals`, SIGTERM
+        and SIGINT make it drain (a process's own worker; an embedded one leaves the signals to
+        its application)."""
         self._wake_poll = asyncio.Event()
         self._wake_report = asyncio.Event()
         self._reporter_done = False
-        self._install_signal_handlers()
+        if handle_signals:
+            self._install_signal_handlers()
         for name in stopped_before:
             self.begin_drain(f"received {name}")
         first = await self._connect_for_startup()
@@ -141,6 +148,7 @@ class Worker:
         except BaseException:
             await first.close()
             raise
+        self.started.set()
         self.log.info(
             "worker %s started (%s, id %s, up to %d handlers at once)",
             self.name,

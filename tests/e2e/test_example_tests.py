@@ -39,9 +39,31 @@ def test_the_examples_own_tests_pass(example: Path, admin_url: str, tmp_path: Pa
     assert "failed" not in result.stdout
 
 
-def test_the_testing_guide_shows_the_example_tests_as_they_are() -> None:
-    guide = (ROOT / "docs" / "testing.md").read_text()
-    shown = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", guide, re.DOTALL)
-    assert len(shown) == 2
+@pytest.mark.parametrize(("guide", "files"), [("testing.md", 2), ("workers.md", 1)])
+def test_the_guides_show_the_example_files_as_they_are(guide: str, files: int) -> None:
+    text = (ROOT / "docs" / guide).read_text()
+    shown = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", text, re.DOTALL)
+    assert len(shown) == files
     for path, code in shown:
         assert (ROOT / path).read_text() == code, path
+
+
+def test_the_embedding_example_runs_every_step_worker_in_one_event_loop(db_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app.service"],
+        cwd=ROOT / "examples" / "community_threads",
+        env={**os.environ, "PGFLOW_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "Can someone help me?: completed {'deliverSlack': 'posted thread needing help (route"
+        " help)', 'thankHelpers': ['thanks, ada!', 'thanks, grace!']}",
+        "BUY NOW: completed {'thankHelpers': []}",
+    ]
+    assert result.stderr.count(" started (flow communityThreadsV1, step ") == 4
+    assert result.stderr.count(": stopped by its application, draining ") == 4
+    assert "Traceback" not in result.stderr

@@ -27,9 +27,12 @@ def test_the_worker_modules_spell_no_statements() -> None:
     found = []
     for name in WORKER_MODULES:
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if STATEMENT.match(node.value):
-                    found.append(f"{name}:{node.lineno}: {node.value[:50]}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and STATEMENT.match(node.value)
+            ):
+                found.append(f"{name}:{node.lineno}: {node.value[:50]}")
     assert found == []
 
 
