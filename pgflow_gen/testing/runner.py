@@ -112,7 +112,9 @@ class _Runner:
         self.handlers = handlers
         self.run_id = run_id
         self.roots = startup.takes_run_input(flow)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgflow-test")
+        # Tasks run one at a time; more threads only so that a sync handler abandoned at its
+        # timeout (its thread cannot be stopped) does not hold up the next task.
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pgflow-test")
         self.shutdown = threading.Event()
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ claims, completions, retries, conditions and maps), and `fake_context` stands in
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from typing import Any
@@ -233,3 +234,25 @@ def test_fake_context_hands_over_a_connection_the_test_owns(pgflow: FlowDatabase
     with pgflow.connect() as conn:
         ctx = fake_context(Numbers(numbers=[]), connection=conn)
         assert ctx.connection.execute("select 41 + 1").fetchone() == (42,)
+
+
+def test_a_sync_handler_past_its_timeout_does_not_hold_up_the_retry(pgflow: FlowDatabase) -> None:
+    release = threading.Event()
+    attempts: list[int] = []
+
+    def stuck_once(flow_input: object, ctx: Context[object], /) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            release.wait(60)  # a thread that cannot be stopped: abandoned at the timeout
+        return "done"
+
+    flow: Flow[str, None, Any] = Flow(
+        slug="kitStuck",
+        options=FlowOptions(max_attempts=2, base_delay=3600, timeout=30),
+        steps=(Step(slug="stuck", options=StepOptions(timeout=1)),),
+    )
+    try:
+        run = pgflow.run_flow(flow, handlers={"stuck": stuck_once}, input=None)
+    finally:
+        release.set()
+    assert (run.status, run.output, attempts) == ("completed", {"stuck": "done"}, [1, 2])
