@@ -115,17 +115,22 @@ class DevLoop:
         self._say(f"engine migrations: {len(applied)} applied" if applied else "engine is current")
         self.supervisor.env["PGFLOW_DATABASE_URL"] = url
         self.supervisor.env.pop("DATABASE_URL", None)
-        if plan is not None:
-            self._apply(plan)
-        self._say("watching for changes; Ctrl-C stops every worker")
-        previous = signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
-        try:
+        # Ctrl-C and SIGTERM only ask the loop to stop (even where SIGINT was inherited as
+        # ignored, as by a background job of a shell): it stops between two changes, never in
+        # the middle of a restart.
+        previous = {
+            number: signal.signal(number, lambda *_: self.stopping.set())
+            for number in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:  # from the first worker on: whatever happens, every one is stopped
+            if plan is not None:
+                self._apply(plan)
+            self._say("watching for changes; Ctrl-C stops every worker")
             for changes in self._watch():
                 self._changed({Path(path) for _, path in changes})
-        except KeyboardInterrupt:
-            pass
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
             statuses = self.supervisor.stop_all(STOP_GRACE_S)
             summary = ", ".join(f"{name} {status}" for name, status in statuses.items())
             self._say(f"stopped ({summary or 'no workers'})")
@@ -139,7 +144,7 @@ class DevLoop:
             watch_filter=self._watched,
             stop_event=self.stopping,
             debounce=400,
-            raise_interrupt=True,
+            raise_interrupt=False,
         )
 
     def _watched(self, change: watchfiles.Change, path: str) -> bool:

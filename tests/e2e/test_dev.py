@@ -28,6 +28,8 @@ class Dev:
             env={**os.environ, "PGFLOW_DATABASE_URL": url, "NO_COLOR": "1"},
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            # As a background job of a shell starts it (CI does): Ctrl-C must work anyway.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
 
     def log(self) -> str:
