@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 
@@ -26,7 +26,20 @@ CONNECT_OPTIONS: dict[str, Any] = {
 _LOST_STATES = ("57P01", "57P02", "57P03")
 
 
-def connection_lost(conn: psycopg.AsyncConnection[Any] | None, exc: psycopg.Error) -> bool:
+class Connection(Protocol):
+    """What a link keeps: a psycopg connection, or a session on one (see `session`)."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def broken(self) -> bool: ...
+    async def close(self) -> None: ...
+
+
+ConnectionT = TypeVar("ConnectionT", bound=Connection)
+
+
+def connection_lost(conn: Connection | None, exc: psycopg.Error) -> bool:
     """Whether `exc` lost the connection (reconnect) rather than failed one statement.
 
     psycopg files many ordinary statement errors (a statement timeout, a value too large, a
@@ -47,37 +60,33 @@ def primary_message(exc: psycopg.Error) -> str:
     return exc.diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-class Link:
-    """One autocommit connection, reopened on demand after `broken()`.
+class Link(Generic[ConnectionT]):
+    """One connection, opened by `connect` and reopened on demand after `broken()`.
 
     `on_connect` runs on every new connection (a worker re-registers, a listener re-listens).
     """
 
     def __init__(
         self,
-        url: str,
+        connect: Callable[[], Awaitable[ConnectionT]],
         purpose: str,
         logger: logging.Logger,
-        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
-        prepare_threshold: int | None = 5,
+        on_connect: Callable[[ConnectionT], Awaitable[None]] | None = None,
     ) -> None:
-        self._url = url
-        self._prepare_threshold = prepare_threshold
+        self._connect = connect
         self._purpose = purpose
         self._log = logger
         self._on_connect = on_connect
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._conn: ConnectionT | None = None
         self._backoff = FIRST_BACKOFF
         #: Why the last connection attempt or the last connection failed (None: no failure yet).
         self.last_error: str | None = None
 
     @property
-    def current(self) -> psycopg.AsyncConnection[Any] | None:
+    def current(self) -> ConnectionT | None:
         return self._conn
 
-    async def get(
-        self, give_up: Callable[[], bool] | None = None
-    ) -> psycopg.AsyncConnection[Any] | None:
+    async def get(self, give_up: Callable[[], bool] | None = None) -> ConnectionT | None:
         """The open connection, connecting (and retrying with backoff) when there is none.
 
         Returns None instead of retrying again once `give_up()` is true (a draining worker).
@@ -85,14 +94,9 @@ class Link:
         while self._conn is None or self._conn.closed or self._conn.broken:
             if give_up is not None and give_up():
                 return None
-            conn: psycopg.AsyncConnection[Any] | None = None
+            conn: ConnectionT | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._url,
-                    autocommit=True,
-                    prepare_threshold=self._prepare_threshold,
-                    **CONNECT_OPTIONS,
-                )
+                conn = await self._connect()
                 if self._on_connect is not None:
                     await self._on_connect(conn)
             except psycopg.Error as exc:
@@ -115,7 +119,7 @@ class Link:
             self._conn = conn
         return self._conn
 
-    def adopt(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def adopt(self, conn: ConnectionT) -> None:
         """Use an already open connection (the one the worker started with)."""
         self._conn = conn
 

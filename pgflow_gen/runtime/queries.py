@@ -83,3 +83,6 @@ SHOW_WAITING_MESSAGES: Final[LiteralString] = (
     "update pgmq.{} set vt = clock_timestamp()"
     " where vt > clock_timestamp() and message->>'run_id' = %s"
 )
+
+#: What every named statement is: a literal string, so psycopg takes it as a query.
+Query = LiteralString

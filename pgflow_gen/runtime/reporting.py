@@ -9,19 +9,15 @@ result once, and nothing else changes."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import queries
 from pgflow_gen.runtime.links import connection_lost, primary_message
+from pgflow_gen.runtime.session import Session, TaskRow
 from pgflow_gen.runtime.task_runner import Report
 
 
-async def send_reports(
-    conn: psycopg.AsyncConnection[Any], reports: list[Report], log: logging.Logger
-) -> None:
+async def send_reports(session: Session, reports: list[Report], log: logging.Logger) -> None:
     """Send `reports` in order, removing each once the engine has it.
 
     A lost connection raises and keeps the unsent ones (they are sent again after reconnecting).
@@ -29,16 +25,19 @@ async def send_reports(
     refusal is logged and the report dropped, so one bad result never blocks the others.
     """
     while reports:
-        if await _send_batch(conn, reports, log):
+        if await _send_batch(session, reports, log):
             continue
         report = reports[0]
         task = report.task
         key = (task.run_id, task.step_slug, task.task_index)
         try:
-            cursor = await conn.execute(*_callback(report))
-            _log_if_stale(report, await cursor.fetchone(), log)
+            if report.error is None:
+                row = await session.complete_task(task, report.output)
+            else:
+                row = await session.fail_task(task, report.error)
+            _log_if_stale(report, row, log)
         except psycopg.Error as exc:
-            if connection_lost(conn, exc):
+            if connection_lost(session, exc):
                 raise
             if report.error is None and not isinstance(exc, psycopg.errors.NoDataFound):
                 reports[0] = Report(
@@ -49,9 +48,7 @@ async def send_reports(
         reports.pop(0)
 
 
-async def _send_batch(
-    conn: psycopg.AsyncConnection[Any], reports: list[Report], log: logging.Logger
-) -> bool:
+async def _send_batch(session: Session, reports: list[Report], log: logging.Logger) -> bool:
     """Complete the leading successes with one complete_tasks call (one statement, one round
     trip); False when there are fewer than two or the call failed.
 
@@ -67,19 +64,9 @@ async def _send_batch(
     if len(batch) < 2:
         return False
     try:
-        cursor = await conn.execute(
-            queries.COMPLETE_TASKS,
-            (
-                [r.task.run_id for r in batch],
-                [r.task.step_slug for r in batch],
-                [r.task.task_index for r in batch],
-                [Jsonb(r.output) for r in batch],
-                [r.task.attempt for r in batch],
-            ),
-        )
-        rows = await cursor.fetchall()
+        rows = await session.complete_tasks([r.task for r in batch], [r.output for r in batch])
     except psycopg.Error as exc:
-        if connection_lost(conn, exc):
+        if connection_lost(session, exc):
             raise
         return False
     for report, row in zip(batch, rows, strict=True):
@@ -88,22 +75,7 @@ async def _send_batch(
     return True
 
 
-def _callback(report: Report) -> tuple[str, tuple[Any, ...]]:
-    """The engine call that reports one finished handler: complete_task or fail_task."""
-    task = report.task
-    key = (task.run_id, task.step_slug, task.task_index)
-    if report.error is None:
-        return (
-            queries.COMPLETE_TASK,
-            (*key, Jsonb(report.output), task.attempt),
-        )
-    return (
-        queries.FAIL_TASK,
-        (*key, report.error, task.attempt),
-    )
-
-
-def _log_if_stale(report: Report, row: tuple[Any, ...] | None, log: logging.Logger) -> None:
+def _log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:
     """Log a result the engine ignored because its attempt is no longer the task's current one
     (the callback returns the task's row, whose attempts_count then differs)."""
     if row is None or row[0] == report.task.attempt:

@@ -11,6 +11,8 @@ Three coroutines share the work, each with its own connection that reconnects af
 - the listener waits for PGMQ's insert notifications on this worker's queue.
 
 Results wait in memory until the reporter has sent them, so a lost connection loses nothing.
+Every database call goes through a `session.Session` (the named engine calls, `queries.py`):
+psycopg in production, an in-memory fake in the loop's unit tests (tests/runtime/test_worker_loop.py).
 SIGTERM or SIGINT (or deprecation) stops the polling and drains in-flight handlers for the grace
 period; the worker then marks itself stopped.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -32,14 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import class_row
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, queries, startup
+from pgflow_gen.runtime import errors, startup
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.links import CONNECT_OPTIONS, Link, connection_lost, primary_message
+from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.reporting import send_reports
+from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
 from pgflow_gen.runtime.worker_config import (
     HEARTBEAT_INTERVAL,
@@ -47,10 +49,6 @@ from pgflow_gen.runtime.worker_config import (
     Tuning,
 )
 
-# Advisory lock keys in namespace 2 (1 and 2 belong to migrations).
-_LOCK_NAMESPACE = 2
-_RECOVERY_LOCK = 3
-_NOTIFY_SETUP_LOCK = 4
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
 #: How long a stopping worker tries to mark itself stopped.
@@ -81,8 +79,15 @@ class WorkerLoop:
     """One worker's loop: start, poll, report, drain and stop (see the module docstring)."""
 
     def __init__(
-        self, assignment: Assignment, tuning: Tuning, database_url: str, logger: logging.Logger
+        self,
+        assignment: Assignment,
+        tuning: Tuning,
+        database_url: str,
+        logger: logging.Logger,
+        connect: Connector | None = None,
     ) -> None:
+        """`connect` opens a database session (default: psycopg on `database_url`); the unit
+        tests pass an in-memory fake. Handlers' own `ctx.connection` uses `database_url`."""
         self.assignment = assignment
         self.tuning = tuning
         self.url = database_url
@@ -112,6 +117,9 @@ class WorkerLoop:
         self._notifications = tuning.notifications
         # psycopg prepares a statement after 5 executions; None turns that off (PgBouncer).
         self._prepare: int | None = 5 if tuning.prepared_statements else None
+        self._connect: Connector = connect or functools.partial(
+            PsycopgSession.connect, database_url, self._prepare
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self, stopped_before: Sequence[str] = (), *, handle_signals: bool = True) -> None:
@@ -156,12 +164,11 @@ class WorkerLoop:
             self.worker_id,
             self.tuning.max_concurrent,
         )
-        self._poll_link = Link(self.url, "polling", self.log, prepare_threshold=self._prepare)
+        self._poll_link: Link[Session] = Link(self._connect, "polling", self.log)
         self._poll_link.adopt(first)
-        self._report_link = Link(
-            self.url, "results", self.log, on_connect=self._register,
-            prepare_threshold=self._prepare,
-        )  # fmt: skip
+        self._report_link: Link[Session] = Link(
+            self._connect, "results", self.log, on_connect=self._register
+        )
         reporter = asyncio.create_task(self._report_loop())
         listener = asyncio.create_task(self._listen_loop()) if self._notifications else None
         try:
@@ -242,16 +249,14 @@ class WorkerLoop:
                 )
 
     # -- startup -------------------------------------------------------------------------------
-    async def _connect_for_startup(self) -> psycopg.AsyncConnection[Any] | None:
+    async def _connect_for_startup(self) -> Session | None:
         """Connect, retrying for a while: a worker may start a little before its database.
         None when the worker is stopped before it has connected."""
         deadline = time.monotonic() + STARTUP_CONNECT_S
         backoff = 0.25
         while not self._draining:
             try:
-                return await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, prepare_threshold=self._prepare, **CONNECT_OPTIONS
-                )
+                return await self._connect()
             except psycopg.OperationalError as exc:
                 if self._draining:
                     return None
@@ -268,18 +273,18 @@ class WorkerLoop:
                 backoff = min(backoff * 2, 5.0)
         return None
 
-    async def _compile(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _compile(self, session: Session) -> None:
         a = self.assignment
-        status = await startup.compile_flow(conn, a.flow, a.queue_mode, a.route_map)
+        status = await session.compile_flow(a.flow, a.queue_mode, a.route_map)
         self.log.info("flow %s %s", a.flow.slug, status)
 
-    async def _enable_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+    async def _enable_notifications(self, session: Session) -> bool:
         """Make PGMQ notify on inserts into this queue; False when this PGMQ (or this role)
         cannot, and the worker long-polls instead."""
         try:
-            return await self._set_up_notifications(conn)
+            enabled = await session.enable_notifications(self.assignment.queue_name)
         except psycopg.Error as exc:
-            if connection_lost(conn, exc):
+            if connection_lost(session, exc):
                 raise errors.DatabaseError(
                     "The database connection was lost during startup.", detail=primary_message(exc)
                 ) from exc
@@ -289,38 +294,17 @@ class WorkerLoop:
                 self.tuning.poll_interval,
             )
             return False
-
-    async def _set_up_notifications(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        queue = self.assignment.queue_name
-        async with conn.transaction():
-            await conn.execute(queries.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _NOTIFY_SETUP_LOCK))
-            cursor = await conn.execute(queries.PGMQ_HAS_NOTIFICATIONS)
-            row = await cursor.fetchone()
-            if not row or not row[0]:
-                self.log.info(
-                    "PGMQ has no insert notifications here; polling every %.1f s",
-                    self.tuning.poll_interval,
-                )
-                return False
-            cursor = await conn.execute(
-                queries.QUEUE_NOTIFIES,
-                (queue,),
+        if not enabled:
+            self.log.info(
+                "PGMQ has no insert notifications here; polling every %.1f s",
+                self.tuning.poll_interval,
             )
-            row = await cursor.fetchone()
-            if not row or not row[0]:
-                await conn.execute(queries.ENABLE_NOTIFICATIONS, (queue,))
-        return True
+        return enabled
 
-    async def _register(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.execute(
-            queries.REGISTER_WORKER,
-            (
-                self.worker_id,
-                self.assignment.queue_name,
-                self.name,
-                self.assignment.flow.slug,
-                self.assignment.step_slug,
-            ),
+    async def _register(self, session: Session) -> None:
+        a = self.assignment
+        await session.register_worker(
+            self.worker_id, a.queue_name, self.name, a.flow.slug, a.step_slug
         )
 
     # -- polling -------------------------------------------------------------------------------
@@ -337,13 +321,13 @@ class WorkerLoop:
             )
             if free > 0:
                 wanted = min(self.tuning.batch_size, free)
-                conn = await self._poll_link.get(give_up=lambda: self._draining)
-                if conn is None or self._draining:
+                session = await self._poll_link.get(give_up=lambda: self._draining)
+                if session is None or self._draining:
                     break
                 try:
-                    read = await self._read_and_claim(conn, wanted)
+                    read = await self._read_and_claim(session, wanted)
                 except psycopg.Error as exc:
-                    if connection_lost(conn, exc):
+                    if connection_lost(session, exc):
                         await self._poll_link.broken(exc)
                         continue
                     # A statement error: log it and try again after the poll interval.
@@ -358,31 +342,21 @@ class WorkerLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_poll.wait(), timeout=self.tuning.poll_interval)
 
-    async def _read_and_claim(self, conn: psycopg.AsyncConnection[Any], wanted: int) -> int:
+    async def _read_and_claim(self, session: Session, wanted: int) -> int:
         a = self.assignment
-        cursor = await conn.execute(queries.READ_MESSAGES, (a.queue_name, READ_VISIBILITY, wanted))
-        ids = [row[0] for row in await cursor.fetchall()]
+        ids = await session.read_messages(a.queue_name, READ_VISIBILITY, wanted)
         if not ids:
             return 0
-        async with conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
-            if a.step_slug is None:
-                await claim.execute(
-                    queries.CLAIM_TASKS,
-                    (a.flow.slug, ids, self.worker_id, a.queue_name),
-                )
-            else:
-                await claim.execute(
-                    queries.CLAIM_STEP_TASKS,
-                    (a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug),
-                )
-            claimed = await claim.fetchall()
+        claimed = await session.claim_tasks(
+            a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+        )
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         now = time.monotonic()
         for task in claimed:
             self._deadlines[task.msg_id] = now + task.timeout
             self._start_handler(task)
         unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
-        own = await self._keep_own_messages_hidden(conn, unclaimed)
+        own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:
             self.log.warning(
@@ -396,9 +370,7 @@ class WorkerLoop:
             )
         return len(ids)
 
-    async def _keep_own_messages_hidden(
-        self, conn: psycopg.AsyncConnection[Any], unclaimed: list[int]
-    ) -> set[int]:
+    async def _keep_own_messages_hidden(self, session: Session, unclaimed: list[int]) -> set[int]:
         """Of the messages read but not claimed, the ones of this worker's own tasks (a handler
         still running, or a result not sent yet): reading made them visible again sooner than
         their lease said, so they get it back (the time to their timeout + 2 s, at least the
@@ -416,9 +388,8 @@ class WorkerLoop:
         ]
         extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > READ_VISIBILITY]
         if extend:
-            await conn.execute(
-                queries.SET_VISIBILITY,
-                (self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]),
+            await session.set_visibility(
+                self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]
             )
         return set(own)
 
@@ -480,21 +451,21 @@ class WorkerLoop:
         next_recovery = time.monotonic() + random.uniform(0, self.tuning.recovery_interval)
         while True:
             self._wake_report.clear()
-            conn = await self._report_link.get(give_up=self._past_deadline)
-            if conn is None:
+            session = await self._report_link.get(give_up=self._past_deadline)
+            if session is None:
                 return  # stopping, and the database is unreachable: the results stay unsent
             try:
-                await self._send_reports(conn)
+                await self._send_reports(session)
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     next_heartbeat = now + HEARTBEAT_INTERVAL
-                    await self._heartbeat(conn)
+                    await self._heartbeat(session)
                 if now >= next_recovery:
                     next_recovery = now + self.tuning.recovery_interval
                     if not self._draining:
-                        await self._recover_stalled(conn)
+                        await self._recover_stalled(session)
             except psycopg.Error as exc:
-                if connection_lost(conn, exc):
+                if connection_lost(session, exc):
                     await self._report_link.broken(exc)
                     continue
                 # A statement error (a heartbeat or sweep refused): log it and go on after a
@@ -508,33 +479,28 @@ class WorkerLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_report.wait(), timeout=timeout)
 
-    async def _send_reports(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _send_reports(self, session: Session) -> None:
         if not self._reports:
             return
         try:
-            await send_reports(conn, self._reports, self.log)
+            await send_reports(session, self._reports, self.log)
         finally:
             self._wake_poll.set()  # sent results free their slots for the poller
 
-    async def _heartbeat(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _heartbeat(self, session: Session) -> None:
         try:
-            cursor = await conn.execute(queries.HEARTBEAT, (self.worker_id,))
+            deprecated = await session.heartbeat(self.worker_id)
         except psycopg.errors.NoDataFound:
             # Our row was pruned (a long outage): register again.
-            await self._register(conn)
+            await self._register(session)
             return
-        row = await cursor.fetchone()
-        if row and row[0] and not self._draining:
+        if deprecated and not self._draining:
             self.begin_drain("deprecated by an operator")
 
-    async def _recover_stalled(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        cursor = await conn.execute(
-            queries.REQUEUE_STALLED,
-            (_LOCK_NAMESPACE, _RECOVERY_LOCK),
-        )
-        row = await cursor.fetchone()
-        if row and row[0]:
-            self.log.info("requeued %d stalled task(s)", row[0])
+    async def _recover_stalled(self, session: Session) -> None:
+        requeued = await session.requeue_stalled()
+        if requeued:
+            self.log.info("requeued %d stalled task(s)", requeued)
 
     async def _mark_stopped(self) -> None:
         """Set `stopped_at`, trying for at most MARK_STOPPED_S: when the database is down the
@@ -543,9 +509,9 @@ class WorkerLoop:
         reason: str | None = None
         try:
             async with asyncio.timeout(MARK_STOPPED_S):
-                conn = await self._report_link.get(give_up=lambda: time.monotonic() > deadline)
-                if conn is not None:
-                    await conn.execute(queries.MARK_STOPPED, (self.worker_id,))
+                session = await self._report_link.get(give_up=lambda: time.monotonic() > deadline)
+                if session is not None:
+                    await session.mark_stopped(self.worker_id)
                     return
         except psycopg.Error as exc:
             reason = primary_message(exc)
@@ -562,20 +528,20 @@ class WorkerLoop:
     # -- notifications -------------------------------------------------------------------------
     async def _listen_loop(self) -> None:
         channel = f"pgmq.q_{self.assignment.queue_name}.INSERT"
-        link = Link(self.url, "notifications", self.log, prepare_threshold=self._prepare)
+        link: Link[Session] = Link(self._connect, "notifications", self.log)
         try:
             while True:
-                conn = await link.get()
-                if conn is None:
+                session = await link.get()
+                if session is None:
                     return
                 try:
-                    await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                    await session.listen(channel)
                     self._wake_poll.set()  # anything sent while we were not listening
                     while True:
-                        async for _notify in conn.notifies(timeout=LISTEN_CHECK_S):
+                        async for _notify in session.notifies(LISTEN_CHECK_S):
                             self._wake_poll.set()
                         # Quiet for a while: make sure the session is still alive.
-                        await conn.execute(queries.PING)
+                        await session.ping()
                 except psycopg.Error as exc:
                     await link.broken(exc)
         finally:

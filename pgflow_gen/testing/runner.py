@@ -22,14 +22,14 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row
 
 from pgflow_gen import naming
 from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.reporting import send_reports
-from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, run_task
+from pgflow_gen.runtime.session import PsycopgSession
+from pgflow_gen.runtime.task_runner import Handler, run_task
 from pgflow_gen.runtime.worker import assignment_for
 from pgflow_gen.runtime.worker_config import READ_VISIBILITY
 
@@ -79,34 +79,36 @@ async def run_flow_async(
         queues = [_Queue(checked.queue_name, None, uuid.uuid4())]
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await startup.compile_flow(conn, plain, mode, route_map)
+        # The same engine calls as a worker's, through the worker's own session.
+        session = PsycopgSession(conn)
+        await session.compile_flow(plain, mode, route_map)
         for queue in queues:
-            await conn.execute(
-                queries.REGISTER_WORKER,
-                (queue.worker_id, queue.name, "in-process", plain.slug, queue.step_slug),
+            await session.register_worker(
+                queue.worker_id, queue.name, "in-process", plain.slug, queue.step_slug
             )
         client = Client(database_url)
         started = await asyncio.to_thread(client.start_flow, plain, input)
-        runner = _Runner(conn, database_url, plain, checked.handlers, started.run_id)
+        runner = _Runner(session, database_url, plain, checked.handlers, started.run_id)
         try:
             await runner.run_to_end(queues, deadline)
         finally:
             runner.close()
             for queue in queues:
-                await conn.execute(queries.MARK_STOPPED, (queue.worker_id,))
+                await session.mark_stopped(queue.worker_id)
     return await asyncio.to_thread(client.get_run, started.run_id)
 
 
 class _Runner:
     def __init__(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        session: PsycopgSession,
         database_url: str,
         flow: Flow[Any, Any, Any],
         handlers: Mapping[str, Handler],
         run_id: uuid.UUID,
     ) -> None:
-        self.conn = conn
+        self.session = session
+        self.conn = session.conn
         self.url = database_url
         self.flow = flow
         self.handlers = handlers
@@ -146,18 +148,12 @@ class _Runner:
         return str(row[0]) if row else "missing"
 
     async def _run_ready_tasks(self, queue: _Queue) -> int:
-        cursor = await self.conn.execute(
-            queries.READ_MESSAGES, (queue.name, READ_VISIBILITY, _BATCH)
-        )
-        ids = [row[0] for row in await cursor.fetchall()]
+        ids = await self.session.read_messages(queue.name, READ_VISIBILITY, _BATCH)
         if not ids:
             return 0
-        async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
-            await claim.execute(
-                queries.CLAIM_STEP_TASKS,
-                (self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug),
-            )
-            claimed = await claim.fetchall()
+        claimed = await self.session.claim_tasks(
+            self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug
+        )
         for task in claimed:
             report = await run_task(
                 task,
@@ -177,7 +173,7 @@ class _Runner:
                     task.attempt,
                     report.summary,
                 )
-            await send_reports(self.conn, [report], log)
+            await send_reports(self.session, [report], log)
         return len(claimed)
 
     async def _hurry(self, queues: list[_Queue]) -> bool:

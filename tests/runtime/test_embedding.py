@@ -76,6 +76,10 @@ def test_run_worker_serves_until_cancelled_then_drains(db_url: str) -> None:
             asyncio.create_task(run_worker(QUEUED, step_slug=slug, handler=fn, database_url=db_url))
             for slug, fn in (("double", double), ("plus", plus))
         ]
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(await asyncio.to_thread(workers_of, db_url)) < 2:  # both compiled, registered
+            assert asyncio.get_running_loop().time() < deadline, "the workers did not start"
+            await asyncio.sleep(0.05)
         output = await finished_output(db_url, 20)
         for task in serving:
             task.cancel()

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime.reporting import send_reports
+from pgflow_gen.runtime.session import PsycopgSession
 from pgflow_gen.runtime.task_runner import Report
 from tests.engine import Engine
 
@@ -20,7 +21,7 @@ LOG = logging.getLogger("tests.reporting")
 def send(db_url: str, reports: list[Report]) -> list[Report]:
     async def go() -> None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            await send_reports(conn, reports, LOG)
+            await send_reports(PsycopgSession(conn), reports, LOG)
 
     asyncio.run(go())
     return reports

@@ -14,6 +14,7 @@ PACKAGE = Path(pgflow_gen.__file__).parent
 WORKER_MODULES = [
     "runtime/context.py",
     "runtime/reporting.py",
+    "runtime/session.py",
     "runtime/startup.py",
     "runtime/task_runner.py",
     "runtime/worker.py",

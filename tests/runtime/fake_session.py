@@ -1,0 +1,191 @@
+"""An in-memory stand-in for the engine calls of one queue (the `Session` seam of the worker
+loop), for unit tests of the loop's logic: slots, leases, drain, reconnects, deprecation.
+
+It keeps messages with a visibility time and a queued task behind each, as PGMQ and the engine
+do, and records what the worker did. `down = True` makes every call (and every new connection)
+fail as a lost connection does. The behaviour of the real engine is tested against PostgreSQL
+elsewhere; this fake is only as smart as the loop tests need.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from pgflow_gen.naming import QueueMode
+from pgflow_gen.runtime.flow import Flow
+from pgflow_gen.runtime.session import TaskRow
+from pgflow_gen.runtime.task_runner import ClaimedTask
+
+
+@dataclass
+class FakeEngine:
+    flow_slug: str
+    step_slug: str
+    #: message id -> when it is visible again (time.monotonic()).
+    visible_at: dict[int, float] = field(default_factory=dict)
+    #: message id -> its queued task (removed when claimed).
+    queued: dict[int, ClaimedTask] = field(default_factory=dict)
+    #: message id -> every output or error reported for it, in order.
+    results: dict[int, list[Any]] = field(default_factory=dict)
+    claims: list[list[int]] = field(default_factory=list)
+    leases: list[tuple[int, int]] = field(default_factory=list)
+    registrations: int = 0
+    heartbeats: int = 0
+    deprecated: bool = False
+    stopped: bool = False
+    down: bool = False
+    #: Only results fail (their connection is lost, new ones are refused); reads still work.
+    results_down: bool = False
+    refused_connections: int = 0
+    #: What complete_task returns as the task's attempts_count (None: the claimed attempt).
+    current_attempt: int | None = None
+    _next_id: int = 1
+
+    def enqueue(self, count: int, timeout: int = 60) -> list[int]:
+        ids = []
+        for index in range(count):
+            msg_id, self._next_id = self._next_id, self._next_id + 1
+            self.visible_at[msg_id] = 0.0
+            self.queued[msg_id] = ClaimedTask(
+                flow_slug=self.flow_slug,
+                run_id=uuid.UUID(int=msg_id),
+                step_slug=self.step_slug,
+                input=index,
+                msg_id=msg_id,
+                task_index=0,
+                flow_input=index,  # a root step: its handler gets the run input
+                attempt=1,
+                timeout=timeout,
+            )
+            ids.append(msg_id)
+        return ids
+
+    def show(self, msg_id: int) -> None:
+        """Make a message visible now (as a read by someone else, or a lease run out, would)."""
+        self.visible_at[msg_id] = 0.0
+
+    @property
+    def finished(self) -> int:
+        return len(self.results)
+
+    async def connect(self) -> FakeSession:
+        if self.down or self.results_down:
+            self.refused_connections += 1
+            raise psycopg.OperationalError("connection refused (the fake engine is down)")
+        return FakeSession(self)
+
+
+class FakeSession:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+        self._closed = False
+        self._lost = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def broken(self) -> bool:
+        return self.engine.down or self._lost
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _call(self) -> FakeEngine:
+        if self.engine.down:
+            raise psycopg.OperationalError("server closed the connection (the fake is down)")
+        return self.engine
+
+    async def compile_flow(
+        self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
+    ) -> str:
+        self._call()
+        return "compiled"
+
+    async def enable_notifications(self, queue: str) -> bool:
+        self._call()
+        return False
+
+    async def register_worker(
+        self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
+    ) -> None:
+        self._call().registrations += 1
+
+    async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
+        engine = self._call()
+        now = time.monotonic()
+        ids = sorted(m for m, at in engine.visible_at.items() if at <= now)[:limit]
+        for msg_id in ids:
+            engine.visible_at[msg_id] = now + visibility
+        return ids
+
+    async def claim_tasks(
+        self,
+        flow_slug: str,
+        msg_ids: list[int],
+        worker_id: uuid.UUID,
+        queue: str,
+        step_slug: str | None,
+    ) -> list[ClaimedTask]:
+        engine = self._call()
+        claimed = [engine.queued.pop(m) for m in msg_ids if m in engine.queued]
+        engine.claims.append([task.msg_id for task in claimed])
+        return claimed
+
+    async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
+        engine = self._call()
+        now = time.monotonic()
+        for msg_id, offset in zip(msg_ids, seconds, strict=True):
+            engine.visible_at[msg_id] = now + offset
+            engine.leases.append((msg_id, offset))
+
+    async def complete_task(self, task: ClaimedTask, output: Any) -> TaskRow:
+        return self._finish(task, output)
+
+    async def fail_task(self, task: ClaimedTask, error: str) -> TaskRow:
+        return self._finish(task, error)
+
+    async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
+        self._call()
+        return [self._finish(task, output) for task, output in zip(tasks, outputs, strict=True)]
+
+    def _finish(self, task: ClaimedTask, result: Any) -> TaskRow:
+        engine = self._call()
+        if engine.results_down:
+            self._lost = True
+            raise psycopg.OperationalError("server closed the connection (results are down)")
+        current = engine.current_attempt or task.attempt
+        if current == task.attempt:
+            engine.results.setdefault(task.msg_id, []).append(result)
+            engine.visible_at.pop(task.msg_id, None)  # archived
+        return (current, "completed" if current == task.attempt else "started")
+
+    async def heartbeat(self, worker_id: uuid.UUID) -> bool:
+        engine = self._call()
+        engine.heartbeats += 1
+        return engine.deprecated
+
+    async def requeue_stalled(self) -> int:
+        self._call()
+        return 0
+
+    async def mark_stopped(self, worker_id: uuid.UUID) -> None:
+        self._call().stopped = True
+
+    async def listen(self, channel: str) -> None:
+        self._call()
+
+    async def notifies(self, timeout: float) -> AsyncIterator[object]:
+        self._call()
+        return  # the fake sends no notifications
+        yield
+
+    async def ping(self) -> None:
+        self._call()

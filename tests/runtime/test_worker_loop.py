@@ -1,0 +1,191 @@
+"""The worker loop's logic, driven through its database seam with an in-memory fake engine
+(tests/runtime/fake_session.py): slots, unsent results, leases of its own messages, drain,
+deprecation and reconnects. Against PostgreSQL the same behaviour is tested end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_loop
+from pgflow_gen.runtime.worker import assignment_for
+from pgflow_gen.runtime.worker_config import Tuning
+from tests.runtime.fake_session import FakeEngine
+
+FLOW: Flow[str, Any, Any] = Flow(slug="fake", steps=(Step(slug="work"),))
+QUEUED = with_step_queues(FLOW)
+LOG = logging.getLogger("tests.worker_loop")
+DEADLINE_S = 30.0
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Poll `check` on the event loop until it holds (a deadline, not a sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def worker(engine: FakeEngine, handler: Any, **tuning: Any) -> worker_loop.WorkerLoop:
+    settings = {"poll_interval": 0.02, "notifications": False, "shutdown_grace": 5.0, **tuning}
+    assignment = assignment_for(QUEUED, step_slug="work", handler=handler, handlers=None)
+    return worker_loop.WorkerLoop(
+        assignment, Tuning(**settings), "postgresql://unused", LOG, connect=engine.connect
+    )
+
+
+def gated() -> tuple[Callable[..., Any], threading.Event, list[int]]:
+    """A sync handler that waits for a gate, and the most handlers seen running at once."""
+    gate = threading.Event()
+    running = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def handler(value: int, ctx: Any, /) -> int:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        try:
+            assert gate.wait(DEADLINE_S)
+            return value * 10
+        finally:
+            with lock:
+                running[0] -= 1
+
+    return handler, gate, running
+
+
+def test_no_more_handlers_than_slots_and_every_task_once() -> None:
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(10)
+    handler, gate, running = gated()
+
+    async def main() -> None:
+        loop = worker(engine, handler, max_concurrent=3, batch_size=10)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: sum(map(len, engine.claims)) == 3, "three claims")
+        assert max(map(len, engine.claims)) <= 3  # reads only as many as free slots
+        gate.set()
+        await until(lambda: engine.finished == 10, "every task reported")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert running[1] == 3
+    assert {msg_id: results for msg_id, results in engine.results.items()} == {
+        msg_id: [(msg_id - 1) * 10] for msg_id in range(1, 11)
+    }
+    assert engine.stopped
+
+
+def test_results_kept_through_an_outage_hold_their_slots_and_are_sent_once() -> None:
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(4)
+    handler, gate, _ = gated()
+
+    async def main() -> None:
+        loop = worker(engine, handler, max_concurrent=2)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: sum(map(len, engine.claims)) == 2, "two claims")
+        engine.results_down = True  # the poller's connection still works
+        gate.set()
+        await until(lambda: len(loop._reports) == 2, "two results waiting")
+        # Reconnecting takes 0.25 + 0.5 + 1 s; the poller polls every 0.02 s meanwhile.
+        await until(lambda: engine.refused_connections >= 3, "three reconnect attempts")
+        assert sum(map(len, engine.claims)) == 2  # no slot free while results wait
+        engine.results_down = False
+        await until(lambda: engine.finished == 4, "every task reported")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert all(len(results) == 1 for results in engine.results.values())
+    assert engine.registrations >= 2  # registered again on the new results connection
+
+
+def test_deprecation_drains_the_worker_and_marks_it_stopped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(worker_loop, "HEARTBEAT_INTERVAL", 0.02)
+    engine = FakeEngine("fake", "work")
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.heartbeats > 0, "a heartbeat")
+        engine.deprecated = True
+        await asyncio.wait_for(serving, DEADLINE_S)
+
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        asyncio.run(main())
+    assert engine.stopped
+    assert any("deprecated by an operator, draining" in m for m in caplog.messages)
+
+
+def test_a_drain_lets_running_handlers_finish_and_report() -> None:
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(2)
+    handler, gate, _ = gated()
+
+    async def main() -> None:
+        loop = worker(engine, handler, max_concurrent=1)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: sum(map(len, engine.claims)) == 1, "one claim")
+        loop.begin_drain("test over")
+        gate.set()
+        await asyncio.wait_for(serving, DEADLINE_S)
+
+    asyncio.run(main())
+    assert list(engine.results) == [1]  # the running one finished; the queued one stays
+    assert 2 in engine.queued
+    assert engine.stopped
+
+
+def test_own_messages_read_again_get_their_lease_back_and_foreign_ones_are_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = FakeEngine("fake", "work")
+    [mine] = engine.enqueue(1, timeout=40)
+    handler, gate, _ = gated()
+
+    async def main() -> None:
+        loop = worker(engine, handler, max_concurrent=2)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.claims[:1] == [[mine]], "the claim")
+        engine.show(mine)  # visible again while its handler runs
+        engine.visible_at[99] = 0.0  # a message of no task of this worker
+        await until(lambda: any(m == mine for m, _ in engine.leases), "the lease back")
+        await until(lambda: 99 not in engine.visible_at or engine.visible_at[99] > 0, "a read")
+        gate.set()
+        await until(lambda: engine.finished == 1, "the result")
+        loop.begin_drain("test over")
+        await serving
+
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        asyncio.run(main())
+    [(_, offset)] = [lease for lease in engine.leases if lease[0] == mine]
+    assert 40 <= offset <= 42  # the time to its timeout + 2 s
+    unclaimed = [m for m in caplog.messages if "unclaimed" in m]
+    assert unclaimed
+    assert all("ids 99:" in m for m in unclaimed)
+
+
+def test_a_stale_result_is_logged_and_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    engine = FakeEngine("fake", "work", current_attempt=2)
+    engine.enqueue(1)
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: any("ignored the result" in m for m in caplog.messages), "the log")
+        loop.begin_drain("test over")
+        await serving
+
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        asyncio.run(main())
+    assert engine.results == {}
