@@ -11,8 +11,9 @@ Three coroutines share the work, each with its own connection that reconnects af
 - the listener waits for PGMQ's insert notifications on this worker's queue.
 
 Results wait in memory until the reporter has sent them, so a lost connection loses nothing.
-Every database call goes through a `session.Session` (the named engine calls, `queries.py`):
-psycopg in production, an in-memory fake in the loop's unit tests (tests/runtime/test_worker_loop.py).
+Every database call goes through a `session.Session` (the named engine calls of `queries.py`):
+psycopg in production, an in-memory fake in the loop's unit tests
+(tests/runtime/test_worker_loop.py).
 SIGTERM or SIGINT (or deprecation) stops the polling and drains in-flight handlers for the grace
 period; the worker then marks itself stopped.
 """
