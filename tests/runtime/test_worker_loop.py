@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_loop
+from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_config, worker_loop
 from pgflow_gen.runtime.worker import assignment_for
 from pgflow_gen.runtime.worker_config import Tuning
 from tests.runtime.fake_session import FakeEngine
@@ -94,7 +94,7 @@ def test_results_kept_through_an_outage_hold_their_slots_and_are_sent_once() -> 
         await until(lambda: sum(map(len, engine.claims)) == 2, "two claims")
         engine.results_down = True  # the poller's connection still works
         gate.set()
-        await until(lambda: len(loop._reports) == 2, "two results waiting")
+        await until(lambda: len(loop.slots.reports) == 2, "two results waiting")
         # Reconnecting takes 0.25 + 0.5 + 1 s; the poller polls every 0.02 s meanwhile.
         await until(lambda: engine.refused_connections >= 3, "three reconnect attempts")
         assert sum(map(len, engine.claims)) == 2  # no slot free while results wait
@@ -111,7 +111,7 @@ def test_results_kept_through_an_outage_hold_their_slots_and_are_sent_once() -> 
 def test_deprecation_drains_the_worker_and_marks_it_stopped(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(worker_loop, "HEARTBEAT_INTERVAL", 0.02)
+    monkeypatch.setattr(worker_config, "HEARTBEAT_INTERVAL", 0.02)
     engine = FakeEngine("fake", "work")
 
     async def main() -> None:

@@ -13,8 +13,12 @@ from pgflow_gen.runtime import queries
 PACKAGE = Path(pgflow_gen.__file__).parent
 WORKER_MODULES = [
     "runtime/context.py",
+    "runtime/listener.py",
+    "runtime/poller.py",
+    "runtime/reporter.py",
     "runtime/reporting.py",
     "runtime/session.py",
+    "runtime/slots.py",
     "runtime/startup.py",
     "runtime/task_runner.py",
     "runtime/worker.py",

@@ -1,0 +1,122 @@
+"""The poller: reads only as many messages as there are free slots, claims their tasks with the
+worker's exact selector and starts their handlers; gives its own messages read again their lease
+back; sleeps until a notification, a freed slot or the poll interval wakes it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgflow_gen.runtime.links import Link, connection_lost, primary_message
+from pgflow_gen.runtime.session import Session
+from pgflow_gen.runtime.slots import Slots
+from pgflow_gen.runtime.worker_config import READ_VISIBILITY
+
+if TYPE_CHECKING:
+    from pgflow_gen.runtime.worker_loop import Assignment
+
+
+class Poller:
+    def __init__(
+        self,
+        *,
+        slots: Slots,
+        assignment: Assignment,
+        worker_id: uuid.UUID,
+        batch_size: int,
+        poll_interval: float,
+        link: Link[Session],
+        logger: logging.Logger,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.slots = slots
+        self.assignment = assignment
+        self.worker_id = worker_id
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.link = link
+        self.log = logger
+        self.stopping = stopping
+
+    async def run(self) -> None:
+        """Poll until the worker stops."""
+        slots = self.slots
+        while not self.stopping():
+            slots.wake_poll.clear()
+            free = slots.free()
+            if free > 0:
+                wanted = min(self.batch_size, free)
+                session = await self.link.get(give_up=self.stopping)
+                if session is None or self.stopping():
+                    break
+                try:
+                    read = await self.read_and_claim(session, wanted)
+                except psycopg.Error as exc:
+                    if connection_lost(session, exc):
+                        await self.link.broken(exc)
+                        continue
+                    # A statement error: log it and try again after the poll interval.
+                    self.log.error(
+                        "polling queue %s failed: %s",
+                        self.assignment.queue_name,
+                        primary_message(exc),
+                    )
+                    read = 0
+                if read == wanted and not self.stopping():
+                    continue  # there may be more waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(slots.wake_poll.wait(), timeout=self.poll_interval)
+
+    async def read_and_claim(self, session: Session, wanted: int) -> int:
+        """Read up to `wanted` messages, claim their tasks and start them; the number read."""
+        a = self.assignment
+        ids = await session.read_messages(a.queue_name, READ_VISIBILITY, wanted)
+        if not ids:
+            return 0
+        claimed = await session.claim_tasks(
+            a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+        )
+        # Handlers first: the claim is committed, so nothing below may keep them from starting.
+        for task in claimed:
+            self.slots.start(task)
+        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
+        own = await self._keep_own_messages_hidden(session, unclaimed)
+        foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
+        if foreign:
+            self.log.warning(
+                "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
+                " them (already started or finished, or not this flow's or step's); this worker"
+                " does not touch them",
+                len(foreign),
+                a.queue_name,
+                ", ".join(map(str, foreign)),
+                f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
+            )
+        return len(ids)
+
+    async def _keep_own_messages_hidden(self, session: Session, unclaimed: list[int]) -> set[int]:
+        """Of the messages read but not claimed, the ones of this worker's own tasks (a handler
+        still running, or a result not sent yet): reading made them visible again sooner than
+        their lease said, so they get it back (the time to their timeout + 2 s, at least the
+        read's 10 s). Nothing is logged about them."""
+        ours = self.slots.own_message_ids()
+        own = [msg_id for msg_id in unclaimed if msg_id in ours]
+        now = time.monotonic()
+        deadlines = self.slots.deadlines
+        offsets = [
+            max(READ_VISIBILITY, math.ceil(deadlines.get(msg_id, now) - now) + 2) for msg_id in own
+        ]
+        extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > READ_VISIBILITY]
+        if extend:
+            await session.set_visibility(
+                self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]
+            )
+        return set(own)

@@ -1,0 +1,148 @@
+"""A worker's handler slots: the handlers running, the results not sent yet, the threads of sync
+handlers abandoned at their timeout, and the lease deadline of every message whose task is the
+worker's own. The poller fills slots, the reporter empties them; both wake each other here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pgflow_gen.runtime import startup
+from pgflow_gen.runtime.flow import Flow
+from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
+
+#: The name prefix of the threads that run synchronous handlers.
+HANDLER_THREAD_PREFIX = "pgflow-handler"
+
+
+class Slots:
+    def __init__(
+        self,
+        *,
+        flow: Flow[Any, Any, Any],
+        handlers: Mapping[str, Handler],
+        max_concurrent: int,
+        worker_id: uuid.UUID,
+        name: str,
+        database_url: str,
+        prepare_threshold: int | None,
+        logger: logging.Logger,
+    ) -> None:
+        self.max_concurrent = max_concurrent
+        self.handlers = handlers
+        self.worker_id = worker_id
+        self.name = name
+        self.url = database_url
+        self.prepare_threshold = prepare_threshold
+        self.log = logger
+        self.roots = startup.takes_run_input(flow)
+        #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
+        self.shutdown = threading.Event()
+        #: Running handlers and their tasks.
+        self.inflight: dict[asyncio.Task[Report], ClaimedTask] = {}
+        #: Finished handlers' results, in order, until the engine has them.
+        self.reports: list[Report] = []
+        #: Sync handlers' threads still running after their timeout failed their task.
+        self.abandoned: set[asyncio.Future[Any]] = set()
+        #: When each claimed message's task times out (monotonic), while the task is ours.
+        self.deadlines: dict[int, float] = {}
+        #: The poller waits on this: a slot came free, a notification, a drain.
+        self.wake_poll = asyncio.Event()
+        #: The reporter waits on this: a result to send, a stop.
+        self.wake_report = asyncio.Event()
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_concurrent, thread_name_prefix=HANDLER_THREAD_PREFIX
+        )
+
+    def free(self) -> int:
+        """Slots to claim into. Unsent results hold theirs (no new claims while reporting is
+        stuck), and so do threads abandoned past their timeout."""
+        return self.max_concurrent - len(self.inflight) - len(self.reports) - len(self.abandoned)
+
+    def own_message_ids(self) -> set[int]:
+        """Messages of tasks still ours (running, or their result unsent); forgets the lease
+        deadlines of the others."""
+        ours = {task.msg_id for task in self.inflight.values()}
+        ours |= {report.task.msg_id for report in self.reports}
+        for msg_id in list(self.deadlines):
+            if msg_id not in ours:
+                del self.deadlines[msg_id]
+        return ours
+
+    def start(self, task: ClaimedTask) -> None:
+        """Run `task`'s handler; its report joins `reports` when it finishes."""
+        self.deadlines[task.msg_id] = time.monotonic() + task.timeout
+        running = asyncio.create_task(
+            run_task(
+                task,
+                self.handlers[task.step_slug],
+                executor=self._executor,
+                worker_id=self.worker_id,
+                shutdown=self.shutdown,
+                logger=self.log.getChild(task.step_slug),
+                database_url=self.url,
+                prepare_threshold=self.prepare_threshold,
+                root=task.step_slug in self.roots,
+                on_abandoned=self._thread_abandoned,
+            )
+        )
+        self.inflight[running] = task
+        running.add_done_callback(self._handler_finished)
+
+    async def drain(self, remaining: Callable[[], float]) -> None:
+        """Wait for running handlers while `remaining()` seconds are left, then cancel the rest."""
+        # Waits in short slices, so a second signal (which moves the deadline to now) is seen.
+        while self.inflight and remaining() > 0:
+            await asyncio.wait(set(self.inflight), timeout=min(remaining(), 0.1))
+        pending = set(self.inflight)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.log.warning(
+                "worker %s: %d handler(s) still running after the grace period; their tasks"
+                " stay started and stall recovery will requeue them",
+                self.name,
+                len(pending),
+            )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _thread_abandoned(self, thread: asyncio.Future[Any]) -> None:
+        self.abandoned.add(thread)
+        thread.add_done_callback(self._thread_returned)
+        if len(self.abandoned) >= self.max_concurrent:
+            self.log.warning(
+                "worker %s: all %d handler threads are still running handlers that ran past"
+                " their timeout; no new task is claimed until one returns",
+                self.name,
+                len(self.abandoned),
+            )
+
+    def _thread_returned(self, thread: asyncio.Future[Any]) -> None:
+        self.abandoned.discard(thread)
+        self.wake_poll.set()
+
+    def _handler_finished(self, running: asyncio.Task[Report]) -> None:
+        self.inflight.pop(running, None)
+        if not running.cancelled():
+            report = running.result()
+            if report.error is not None:
+                # The error opens with `Type: message`, then the handler's traceback.
+                self.log.warning(
+                    "task %s/%s[%d] attempt %d failed: %s",
+                    report.task.run_id,
+                    report.task.step_slug,
+                    report.task.task_index,
+                    report.task.attempt,
+                    report.error,
+                )
+            self.reports.append(report)
+            self.wake_report.set()
+        self.wake_poll.set()
