@@ -1,4 +1,5 @@
-"""The wheel carries everything the package reads at run time: engine SQL, templates, schemas."""
+"""The wheel carries everything the package reads at run time: engine SQL, templates (`init`'s
+too), schemas, and the testing kit's pytest plugin entry point."""
 
 from __future__ import annotations
 
@@ -21,11 +22,17 @@ required = [
     "runtime/sql/migrations/0001_initial.sql",
     "runtime/sql/source/0141_function_complete_task.sql",
     "_data/templates/flow_module.py.jinja",
+    "_data/templates/init/pyproject.toml.jinja",
+    "_data/templates/init/tests/test_hello.py.jinja",
     "_data/schemas/README.md",
+    "testing/plugin.py",
 ]
 missing = [name for name in required if not package.joinpath(name).is_file()]
 assert not missing, missing
 assert "site-packages" in str(package), package
+from importlib.metadata import entry_points
+plugins = [e.value for e in entry_points(group="pytest11") if e.name == "pgflow"]
+assert plugins == ["pgflow_gen.testing.plugin"], plugins
 print("ok")
 """
 
