@@ -11,17 +11,14 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import psycopg
 
+from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots
 from pgflow_gen.runtime.worker_config import READ_VISIBILITY
-
-if TYPE_CHECKING:
-    from pgflow_gen.runtime.worker_loop import Assignment
 
 
 class Poller:
