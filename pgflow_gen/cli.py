@@ -258,16 +258,6 @@ def _dev(args: argparse.Namespace) -> int:
     return devloop.DevLoop(settings, args.database_url).run()
 
 
-def _spec_files(paths: Sequence[Path]) -> list[Path]:
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
-        else:
-            files.append(path)
-    return files
-
-
 def _validate(args: argparse.Namespace) -> int:
     problems: list[problems_module.Problem] = []
     paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
@@ -276,7 +266,7 @@ def _validate(args: argparse.Namespace) -> int:
             "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
         )
     args.paths = paths
-    files = _spec_files(paths)
+    files = project_module.spec_files(paths)
     try:
         build_module.load(files, project=Path.cwd())
     except problems_module.SpecErrors as exc:
@@ -317,7 +307,7 @@ def _build(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder.")
     args.out = out
-    files = _spec_files(paths)
+    files = project_module.spec_files(paths)
     try:
         package = args.package or config.get("package") or build_module.package_for(out, project)
         generated = build_module.generate(files, package=package, project=project)
@@ -352,7 +342,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    files = _spec_files(args.paths)
+    files = project_module.spec_files(args.paths)
     if not files:
         raise UsageError(
             f"No spec files found in {', '.join(map(str, args.paths))}.",

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import psycopg
 import watchfiles
@@ -32,7 +32,7 @@ import watchfiles
 from pgflow_gen import naming
 from pgflow_gen import project as project_module
 from pgflow_gen import supervisor as supervisor_module
-from pgflow_gen.codegen import artifacts
+from pgflow_gen.codegen import artifacts, checks
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
@@ -80,13 +80,7 @@ class Settings:
         )
 
     def spec_files(self) -> list[Path]:
-        files: list[Path] = []
-        for path in self.specs:
-            if path.is_dir():
-                files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
-            elif path.exists():
-                files.append(path)
-        return files
+        return project_module.spec_files(self.specs)
 
 
 class DevLoop:
@@ -245,17 +239,14 @@ class DevLoop:
         self.supervisor.say(text)
 
 
-def _plan(generated: dict[str, str], loaded: Iterable[Any]) -> Plan:
-    commands: dict[str, str] = {}
-    for line in generated.get(artifacts.PROCFILE, "").splitlines():
-        name, colon, command = line.partition(":")
-        if colon and not name.startswith("#"):
-            commands[name.strip()] = command.strip()
+def _plan(generated: dict[str, str], loaded: Iterable[checks.LoadedSpec]) -> Plan:
+    commands = project_module.procfile_commands(generated.get(artifacts.PROCFILE, ""))
     handlers: dict[str, set[str]] = {}
     for item in loaded:
         spec = item.spec
         for step in spec.steps:
-            name = f"{spec.slug}-{step.slug}" if spec.queue_mode == "step" else spec.slug
+            worker = step.slug if spec.queue_mode == "step" else None
+            name = artifacts.process_name(spec.slug, worker)
             handlers.setdefault(name, set()).add(step.handler.partition(":")[0])
     fingerprints = {}
     for name, command in commands.items():

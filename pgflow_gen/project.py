@@ -4,6 +4,7 @@ specs are, where the output goes) and the generated Procfile (how each worker is
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,27 @@ def config(project: Path) -> dict[str, Any]:
     return config
 
 
+def spec_files(paths: Sequence[Path]) -> list[Path]:
+    """The spec files that `paths` name: files as given, folders' `*.yaml` and `*.yml` sorted."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
+        else:
+            files.append(path)
+    return files
+
+
+def procfile_commands(text: str) -> dict[str, str]:
+    """Process name -> command of a Procfile's lines (comments left out; the first name wins)."""
+    commands: dict[str, str] = {}
+    for line in text.splitlines():
+        name, colon, command = line.partition(":")
+        if colon and not name.startswith("#"):
+            commands.setdefault(name.strip(), command.strip())
+    return commands
+
+
 def worker_command(project: Path, flow_slug: str, step_slug: str) -> str | None:
     """The command of the generated Procfile that starts the worker serving `step_slug`: its
     own worker in a step-queued flow, the flow's worker in a plain flow. None when no generated
@@ -55,10 +77,8 @@ def worker_command(project: Path, flow_slug: str, step_slug: str) -> str | None:
     """
     commands: dict[str, str] = {}
     for procfile in _procfiles(project):
-        for line in procfile.read_text(encoding="utf-8").splitlines():
-            name, colon, command = line.partition(":")
-            if colon and not name.startswith("#"):
-                commands.setdefault(name.strip(), command.strip())
+        for name, command in procfile_commands(procfile.read_text(encoding="utf-8")).items():
+            commands.setdefault(name, command)
     # Procfiles generated before 0.1 named them `<flow>.<step>` / `<flow>.worker`.
     for name in (f"{flow_slug}-{step_slug}", f"{flow_slug}.{step_slug}"):
         if name in commands:

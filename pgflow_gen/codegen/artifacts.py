@@ -45,8 +45,15 @@ def procfile_lines(flow: FlowView) -> list[str]:
         return []
     prefix = f"python -m {flow.package}.workers.{flow.module}"
     if flow.queue_mode == "step":
-        return [f"{flow.slug}-{step.slug}: {prefix}.{step.module}" for step in flow.steps]
-    return [f"{flow.slug}: {prefix}.worker"]
+        return [
+            f"{process_name(flow.slug, step.slug)}: {prefix}.{step.module}" for step in flow.steps
+        ]
+    return [f"{process_name(flow.slug, None)}: {prefix}.worker"]
+
+
+def process_name(flow_slug: str, step_slug: str | None) -> str:
+    """A worker's Procfile name: `<flow>-<step>` for a step worker, `<flow>` for a flow's."""
+    return flow_slug if step_slug is None else f"{flow_slug}-{step_slug}"
 
 
 def procfile(flows: list[FlowView], sources: str) -> dict[str, str]:

@@ -90,16 +90,13 @@ class Worker:
         self._assignment = assignment_for(
             flow, step_slug=step_slug, handler=handler, handlers=handlers
         )
-        given: dict[str, Any] = {
+        self._tuning = worker_config.tuning({
             "max_concurrent": max_concurrent,
             "batch_size": batch_size,
             "poll_interval": poll_interval,
             "shutdown_grace": shutdown_grace,
             "worker_name": worker_name,
-        }
-        settings = {key: value for key, value in given.items() if value is not None}
-        worker_config.check(settings)
-        self._tuning = worker_config.Tuning(**settings)
+        })  # fmt: skip
         self._database_url = database_url
         self._loop: WorkerLoop | None = None
         self._task: asyncio.Task[None] | None = None

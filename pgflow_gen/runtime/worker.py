@@ -168,15 +168,11 @@ def _run(
     given: dict[str, Any],
 ) -> None:
     assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
-    settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings.update(
-        worker_config.overrides(
-            argv or (), os.environ, serves=assignment.describe(), prog=_entry_command()
-        )
+    overrides = worker_config.overrides(
+        argv or (), os.environ, serves=assignment.describe(), prog=_entry_command()
     )
-    url_override = settings.pop("database_url", None)
-    worker_config.check(settings)
-    tuning = worker_config.Tuning(**settings)
+    url_override = overrides.pop("database_url", None)
+    tuning = worker_config.tuning(given, overrides)
     if not _started.acquire(blocking=False):
         raise errors.ConfigError(
             "start_worker was already called in this process.",

@@ -149,6 +149,15 @@ def overrides(
     return found
 
 
+def tuning(given: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Tuning:
+    """The settings given in code (None: the default), with `overrides` (environment and
+    command line) winning, checked (ConfigError) and made a `Tuning`."""
+    settings = {key: value for key, value in given.items() if value is not None}
+    settings.update(overrides or {})
+    check(settings)
+    return Tuning(**settings)
+
+
 def check(values: Mapping[str, Any]) -> None:
     """Raise ConfigError for a setting of the wrong type or outside its range."""
     for option in _OPTIONS:
