@@ -27,8 +27,6 @@ _RESET = "\033[0m"
 @dataclass
 class _Child:
     name: str
-    command: str
-    color: str
     popen: subprocess.Popen[bytes]
     reader: threading.Thread
 
@@ -49,9 +47,6 @@ class Supervisor:
     @property
     def names(self) -> list[str]:
         return list(self._children)
-
-    def pid(self, name: str) -> int:
-        return self._children[name].popen.pid
 
     def say(self, text: str, name: str = "dev") -> None:
         """Print the supervisor's own lines behind its prefix."""
@@ -78,7 +73,7 @@ class Supervisor:
         reader = threading.Thread(
             target=self._relay, args=(name, color, popen), name=f"relay-{name}", daemon=True
         )
-        self._children[name] = _Child(name, command, color, popen, reader)
+        self._children[name] = _Child(name, popen, reader)
         self.say(f"started {name} (pid {popen.pid}): {command}")
         reader.start()
 
