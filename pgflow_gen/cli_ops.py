@@ -70,7 +70,10 @@ def register(commands: cli_parser.Commands) -> None:
         formats=("text", "json"),
     )
     coverage.add_argument(
-        "--freshness", type=float, default=15.0, metavar="S", help="max heartbeat age in seconds"
+        "--freshness",
+        type=float,
+        metavar="S",
+        help="max heartbeat age in seconds (default: the engine's liveness rule, 15 s)",
     )
     coverage.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
     coverage.set_defaults(handler=_coverage)
@@ -346,7 +349,8 @@ def _workers(args: argparse.Namespace) -> int:
             "select worker_id, function_name, flow_slug, step_slug, queue_name, last_heartbeat_at,"
             " case when stopped_at is not null then 'stopped'"
             "  when deprecated_at is not null then 'deprecated'"
-            "  when last_heartbeat_at < now() - interval '15 seconds' then 'stale'"
+            "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
+            "   then 'stale'"
             "  else 'live' end as state"
             " from pgflow.workers where %s or stopped_at is null"
             " order by queue_name, started_at",
@@ -365,15 +369,22 @@ def _workers(args: argparse.Namespace) -> int:
 
 
 def _coverage(args: argparse.Namespace) -> int:
-    if args.freshness <= 0:
+    if args.freshness is not None and args.freshness <= 0:
         raise UsageError("--freshness must be above 0 seconds.")
     with _connect(args) as conn:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
+        rule = conn.execute(
+            "select extract(epoch from coalesce(make_interval(secs => %s),"
+            " (pgflow.worker_liveness()).live_within))::float8 as seconds",
+            (args.freshness,),
+        ).fetchone()
+        assert rule is not None
+        freshness = rule["seconds"]
         rows = conn.execute(
             "select * from pgflow.queue_coverage(make_interval(secs => %s))"
             " where %s::text is null or flow_slug = %s",
-            (args.freshness, args.flow_slug, args.flow_slug),
+            (freshness, args.flow_slug, args.flow_slug),
         ).fetchall()
     uncovered = [r for r in rows if not r["covered"]]
     if args.format == "json":
@@ -390,6 +401,6 @@ def _coverage(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print(
             f"\n{len(rows) - len(uncovered)} of {len(rows)} route(s) covered"
-            f" (heartbeat within {args.freshness:g} s)"
+            f" (heartbeat within {freshness:g} s)"
         )
     return EXIT_FAILURE if uncovered else EXIT_OK

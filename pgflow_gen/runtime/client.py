@@ -131,11 +131,12 @@ class Run(Generic[OutputT]):
                     pass
 
     def unserved_steps(
-        self, freshness: float = 15.0, *, conn: psycopg.Connection[Any] | None = None
+        self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
     ) -> list[UnservedStep]:
         """The steps of this run whose tasks are queued while no live worker (a heartbeat within
-        `freshness` seconds) serves their queue: the run cannot go on until one starts. A caller
-        that asks repeatedly passes its own connection."""
+        `freshness` seconds; default: the engine's liveness rule, 15 s) serves their queue: the
+        run cannot go on until one starts. A caller that asks repeatedly passes its own
+        connection."""
         if conn is None:
             with self.client.connect() as own:
                 return self.unserved_steps(freshness, conn=own)
@@ -143,7 +144,8 @@ class Run(Generic[OutputT]):
             return cur.execute(
                 "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
                 " from pgflow.step_tasks as t"
-                " join pgflow.queue_coverage(make_interval(secs => %s)) as c"
+                " join pgflow.queue_coverage(coalesce(make_interval(secs => %s),"
+                "   (pgflow.worker_liveness()).live_within)) as c"
                 "   on c.flow_slug = t.flow_slug and c.step_slug = t.step_slug"
                 " where t.run_id = %s and t.status = 'queued' and not c.covered"
                 " group by t.step_slug, t.queue_name, c.step_index order by c.step_index",
@@ -164,7 +166,12 @@ class Client:
     def connect(self) -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(self.url, autocommit=True)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            problem = database.config_problem(exc)
+            if problem is not None:
+                raise problem from None
+            if not isinstance(exc, psycopg.OperationalError):
+                raise
             raise errors.DatabaseError(
                 "Cannot connect to the database.",
                 detail=str(exc).strip(),

@@ -116,6 +116,7 @@ class Worker:
         if self._task is not None:
             raise RuntimeError("This worker was started already; make a new Worker to run again.")
         url = await asyncio.to_thread(database.resolve_url, self._database_url)
+        database.check_url(url)
         self._loop = WorkerLoop(self._assignment, self._tuning, url, log)
         self._task = asyncio.create_task(
             self._loop.run(handle_signals=False), name=f"pgflow worker {self._loop.name}"

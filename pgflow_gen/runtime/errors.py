@@ -15,6 +15,7 @@ __all__ = [
     "InvalidRunInputError",
     "MigrationError",
     "PgflowError",
+    "WorkerFailedError",
 ]
 
 
@@ -66,3 +67,10 @@ class HandlerTimeoutError(PgflowError):
     per its policy). Stored as the task's error; never raised to callers."""
 
     code = "handler_timeout"
+
+
+class WorkerFailedError(PgflowError):
+    """A part of a running worker (its poller, reporter, heartbeat or listener) failed
+    unexpectedly: the worker drained, marked itself stopped and ended with this error."""
+
+    code = "worker_failed"

@@ -78,13 +78,21 @@ class Poller:
         ids = await session.read_messages(a.queue_name, READ_VISIBILITY, wanted)
         if not ids:
             return 0
-        claimed = await session.claim_tasks(
+        claimed, archived = await session.claim_tasks(
             a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
         )
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         for task in claimed:
             self.slots.start(task)
-        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed})
+        if archived:
+            self.log.warning(
+                "archived %d message(s) in queue %s, ids %s: their task no longer exists (its"
+                " run was deleted or pruned), so they would come back after every lease",
+                len(archived),
+                a.queue_name,
+                ", ".join(map(str, archived)),
+            )
+        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed} - set(archived))
         own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:

@@ -26,6 +26,12 @@ PGMQ_HAS_NOTIFICATIONS: Final[LiteralString] = (
 QUEUE_NOTIFIES: Final[LiteralString] = (
     "select exists (select 1 from pgmq.notify_insert_throttle where queue_name = %s)"
 )
+#: The engine's worker liveness rule in seconds: heartbeat interval, live within, stalled after.
+WORKER_LIVENESS: Final[LiteralString] = (
+    "select extract(epoch from heartbeat_interval)::float8,"
+    " extract(epoch from live_within)::float8, extract(epoch from stalled_after)::float8"
+    " from pgflow.worker_liveness()"
+)
 #: Make a queue's inserts notify, unthrottled: (queue).
 ENABLE_NOTIFICATIONS: Final[LiteralString] = "select pgmq.enable_notify_insert(%s, 0)"
 
@@ -58,6 +64,10 @@ COMPLETE_TASKS: Final[LiteralString] = (
 # -- upkeep --------------------------------------------------------------------------------------
 #: (worker id) -> whether an operator deprecated the worker.
 HEARTBEAT: Final[LiteralString] = "select pgflow.heartbeat_worker(%s)"
+#: Bound the statements of this transaction: (statement timeout, lock timeout), as '5s'.
+LIMIT_TRANSACTION: Final[LiteralString] = (
+    "select set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)"
+)
 #: Requeue stalled tasks when no other worker is doing it: (namespace, key) -> count or NULL.
 REQUEUE_STALLED: Final[LiteralString] = (
     "select case when pg_try_advisory_xact_lock(%s, %s) then pgflow.requeue_stalled_tasks() end"

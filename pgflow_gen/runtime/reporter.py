@@ -1,6 +1,11 @@
-"""The reporter: sends finished handlers' results (`reporting.send_reports`) and keeps the worker
-alive, on its own connection: a heartbeat every few seconds (deprecation makes the worker drain)
-and, one worker at a time across all workers, stall recovery. It also marks the worker stopped."""
+"""The reporter: sends finished handlers' results (`reporting.send_reports`) on its own
+connection and, one worker at a time across all workers, runs stall recovery (bounded by a
+statement timeout). It also marks the worker stopped. The heartbeat has a connection of its own
+(`heartbeat.py`), so neither a held-up result nor a slow sweep delays it.
+
+A result whose statement failed stays in memory and is sent again: at once after a reconnect,
+after a growing pause (at most MAX_RETRY_PAUSE_S) after any other failure, which is logged once
+per episode with its SQLSTATE class."""
 
 from __future__ import annotations
 
@@ -10,18 +15,22 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import psycopg
 
-from pgflow_gen.runtime import worker_config
-from pgflow_gen.runtime.links import Link, connection_lost, primary_message
+from pgflow_gen.runtime.links import Link, primary_message
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots
+from pgflow_gen.runtime.sqlstate import Kind, classify
 
 #: How long a stopping worker tries to mark itself stopped.
 MARK_STOPPED_S = 3.0
+#: The longest a stall-recovery sweep may run before the database cancels it.
+SWEEP_TIMEOUT_S = 5.0
+FIRST_RETRY_PAUSE_S = 0.1
+MAX_RETRY_PAUSE_S = 5.0
 
 
 class Reporter:
@@ -34,9 +43,7 @@ class Reporter:
         recovery_interval: float,
         link: Link[Session],
         logger: logging.Logger,
-        register: Callable[[Session], Awaitable[None]],
         draining: Callable[[], bool],
-        begin_drain: Callable[[str], None],
         remaining: Callable[[], float],
     ) -> None:
         self.slots = slots
@@ -45,11 +52,13 @@ class Reporter:
         self.recovery_interval = recovery_interval
         self.link = link
         self.log = logger
-        self.register = register
         self.draining = draining
-        self.begin_drain = begin_drain
         self.remaining = remaining
         self.done = False
+        self._pause = FIRST_RETRY_PAUSE_S
+        #: What failed in the current episode of failed sends (None: the last send went through).
+        self._failing: str | None = None
+        self._retries = 0
 
     def finish(self) -> None:
         """Send what is left, then return (within the grace period)."""
@@ -63,7 +72,6 @@ class Reporter:
 
     async def run(self) -> None:
         slots = self.slots
-        next_heartbeat = time.monotonic() + worker_config.HEARTBEAT_INTERVAL
         next_recovery = time.monotonic() + random.uniform(0, self.recovery_interval)
         while True:
             slots.wake_report.clear()
@@ -72,28 +80,44 @@ class Reporter:
                 return  # stopping, and the database is unreachable: the results stay unsent
             try:
                 await self._send(session)
-                now = time.monotonic()
-                if now >= next_heartbeat:
-                    next_heartbeat = now + worker_config.HEARTBEAT_INTERVAL
-                    await self._heartbeat(session)
-                if now >= next_recovery:
-                    next_recovery = now + self.recovery_interval
-                    if not self.draining():
-                        await self._recover_stalled(session)
             except psycopg.Error as exc:
-                if connection_lost(session, exc):
-                    await self.link.broken(exc)
+                if await self._send_failed(session, exc):
                     continue
-                # A statement error (a heartbeat or sweep refused): log it and go on after a
-                # pause, so results, heartbeats and recovery keep their chance.
-                self.log.error("reporting failed: %s", primary_message(exc))
-                await asyncio.sleep(1.0)
-                continue
+            now = time.monotonic()
+            if now >= next_recovery and not self.draining():
+                next_recovery = now + self.recovery_interval
+                try:
+                    await self._recover_stalled(session)
+                except psycopg.Error as exc:
+                    if classify(session, exc) is Kind.LOST:
+                        await self.link.broken(exc)
+                        continue
+                    self.log.warning("stall recovery failed: %s", primary_message(exc))
             if self.done and not slots.reports:
                 return
-            timeout = max(0.0, min(next_heartbeat, next_recovery) - time.monotonic())
+            timeout = max(0.0, next_recovery - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(slots.wake_report.wait(), timeout=timeout)
+
+    async def _send_failed(self, session: Session, exc: psycopg.Error) -> bool:
+        """Note a failed send (its results are kept); True to go round again at once."""
+        kind = classify(session, exc)
+        if kind is Kind.LOST:
+            await self.link.broken(exc)
+            return True
+        self._retries += 1
+        if self._failing is None:
+            self._failing = primary_message(exc)
+            self.log.warning(
+                "sending %d result(s) failed (%s, SQLSTATE %s: %s); keeping them and trying again",
+                len(self.slots.reports),
+                kind.value,
+                exc.sqlstate or "none",
+                self._failing,
+            )
+        await asyncio.sleep(self._pause)
+        self._pause = min(self._pause * 2, MAX_RETRY_PAUSE_S)
+        return True
 
     async def mark_stopped(self) -> None:
         """Set `stopped_at`, trying for at most MARK_STOPPED_S: when the database is down the
@@ -125,18 +149,13 @@ class Reporter:
             await send_reports(session, self.slots.reports, self.log)
         finally:
             self.slots.wake_poll.set()  # sent results free their slots for the poller
-
-    async def _heartbeat(self, session: Session) -> None:
-        try:
-            deprecated = await session.heartbeat(self.worker_id)
-        except psycopg.errors.NoDataFound:
-            # Our row was pruned (a long outage): register again.
-            await self.register(session)
-            return
-        if deprecated and not self.draining():
-            self.begin_drain("deprecated by an operator")
+        if self._failing is not None:
+            self.log.info(
+                "results sent again after %d failed attempt(s) (%s)", self._retries, self._failing
+            )
+        self._failing, self._retries, self._pause = None, 0, FIRST_RETRY_PAUSE_S
 
     async def _recover_stalled(self, session: Session) -> None:
-        requeued = await session.requeue_stalled()
+        requeued = await session.requeue_stalled(SWEEP_TIMEOUT_S)
         if requeued:
             self.log.info("requeued %d stalled task(s)", requeued)

@@ -4,7 +4,13 @@ successes batched into one complete_tasks call.
 Every callback carries the attempt its claim started. The engine ignores a result of an attempt
 that is no longer the task's current one (the task was retried or requeued and claimed again
 since, say after this worker lost its connection for long); the worker logs each such stale
-result once, and nothing else changes."""
+result once, and nothing else changes.
+
+A result is never dropped because a statement failed: what the failure means is read from its
+SQLSTATE (`sqlstate.classify`). Only a refusal (the data or the engine says no) changes a result:
+a refused output fails its task with the reason, a refused error message is sent again made
+storable. Every other failure raises with the unsent results kept, to be sent again.
+"""
 
 from __future__ import annotations
 
@@ -12,48 +18,84 @@ import logging
 
 import psycopg
 
-from pgflow_gen.runtime.links import connection_lost, primary_message
+from pgflow_gen.runtime.links import primary_message
 from pgflow_gen.runtime.session import Session, TaskRow
-from pgflow_gen.runtime.task_runner import Report
+from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.task_runner import MAX_ERROR_CHARS, Report
+
+#: The error a failure report falls back to when the engine refuses its own error message.
+UNSTORABLE_ERROR = "The engine refused the handler's error message"
 
 
 async def send_reports(session: Session, reports: list[Report], log: logging.Logger) -> None:
     """Send `reports` in order, removing each once the engine has it.
 
-    A lost connection raises and keeps the unsent ones (they are sent again after reconnecting).
-    An output the engine refuses (too large, not storable) fails its task instead; any other
-    refusal is logged and the report dropped, so one bad result never blocks the others.
+    Raises the psycopg error of a lost connection, a transient failure (a lock or statement
+    timeout, a deadlock, a cancelled statement) or an unknown one, with the unsent reports kept
+    in `reports`. A refused output fails its task instead; a refused error message is made
+    storable; a task the engine no longer has is logged and its report dropped.
     """
     while reports:
         if await _send_batch(session, reports, log):
             continue
         report = reports[0]
-        task = report.task
-        key = (task.run_id, task.step_slug, task.task_index)
         try:
             if report.error is None:
-                row = await session.complete_task(task, report.output)
+                row = await session.complete_task(report.task, report.output)
             else:
-                row = await session.fail_task(task, report.error)
-            _log_if_stale(report, row, log)
+                row = await session.fail_task(report.task, report.error)
         except psycopg.Error as exc:
-            if connection_lost(session, exc):
+            if classify(session, exc) is not Kind.REFUSED:
                 raise
-            if report.error is None and not isinstance(exc, psycopg.errors.NoDataFound):
-                reports[0] = Report(
-                    task, error=f"The engine refused the handler's output: {primary_message(exc)}"
-                )
-                continue
-            log.error("could not report task %s/%s[%d]: %s", *key, primary_message(exc))
+            _replace(reports, report, primary_message(exc), exc, log)
+            continue
+        except (ValueError, TypeError, RecursionError) as exc:
+            # The output could not even be encoded for the statement.
+            _replace(reports, report, f"{type(exc).__name__}: {exc}", exc, log)
+            continue
+        _log_if_stale(report, row, log)
         reports.pop(0)
+
+
+def _replace(
+    reports: list[Report], report: Report, reason: str, exc: Exception, log: logging.Logger
+) -> None:
+    """Put what to send instead of the refused `reports[0]` in its place, or drop it (logged)
+    when the engine has no such task or refused every fallback."""
+    instead = None if isinstance(exc, psycopg.errors.NoDataFound) else _refused(report, reason)
+    if instead is None:
+        _log_dropped(report, reason, log)
+        reports.pop(0)
+    else:
+        reports[0] = instead
+
+
+def _refused(report: Report, reason: str) -> Report | None:
+    """What to send instead of a report the engine refused: a failure with the reason for an
+    output; for a failure its error message made storable, then a fixed message; None when even
+    the fixed message was refused."""
+    task = report.task
+    if report.error is None:
+        return Report(task, error=f"The engine refused the handler's output: {reason}")
+    storable = storable_text(report.error)
+    if storable != report.error:
+        return Report(task, error=storable)
+    if not report.error.startswith(UNSTORABLE_ERROR):
+        return Report(task, error=f"{UNSTORABLE_ERROR}: {storable_text(reason)}")
+    return None
+
+
+def storable_text(text: str) -> str:
+    """`text` without what PostgreSQL's text cannot hold (NUL), at most MAX_ERROR_CHARS long."""
+    return text.replace("\x00", "\\0")[:MAX_ERROR_CHARS]
 
 
 async def _send_batch(session: Session, reports: list[Report], log: logging.Logger) -> bool:
     """Complete the leading successes with one complete_tasks call (one statement, one round
-    trip); False when there are fewer than two or the call failed.
+    trip); False when there are fewer than two or the engine refused the batch.
 
     complete_tasks changes nothing when it fails, and a second complete_task for a completed
-    task is a no-op, so after a failure they are simply sent again one by one, which isolates
+    task is a no-op, so after a refusal they are simply sent again one by one, which isolates
     the bad one. Failures go one by one (the engine has no batch of them).
     """
     batch = []
@@ -66,13 +108,28 @@ async def _send_batch(session: Session, reports: list[Report], log: logging.Logg
     try:
         rows = await session.complete_tasks([r.task for r in batch], [r.output for r in batch])
     except psycopg.Error as exc:
-        if connection_lost(session, exc):
+        if classify(session, exc) is not Kind.REFUSED:
             raise
         return False
+    except (ValueError, TypeError, RecursionError):
+        return False  # one output cannot be encoded: one by one finds it
     for report, row in zip(batch, rows, strict=True):
         _log_if_stale(report, row, log)
     del reports[: len(batch)]
     return True
+
+
+def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:
+    task = report.task
+    log.error(
+        "dropped the %s of task %s/%s[%d] attempt %d: %s",
+        "failure" if report.error is not None else "result",
+        task.run_id,
+        task.step_slug,
+        task.task_index,
+        task.attempt,
+        reason,
+    )
 
 
 def _log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:

@@ -9,9 +9,10 @@ A session raises psycopg's errors, the fake too: `links.connection_lost` tells a
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 from psycopg import sql
@@ -22,6 +23,7 @@ from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import queries, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
+from pgflow_gen.runtime.liveness import DEFAULT, Liveness
 from pgflow_gen.runtime.task_runner import ClaimedTask
 
 #: Advisory lock keys in namespace 2 (namespace 1 belongs to migrations).
@@ -29,8 +31,21 @@ LOCK_NAMESPACE = 2
 RECOVERY_LOCK = 3
 NOTIFY_SETUP_LOCK = 4
 
+#: The longest a stall-recovery sweep waits for one lock.
+SWEEP_LOCK_TIMEOUT = "1s"
+
 #: A task's row after a callback: (attempts_count, status); None when there is no such task.
 TaskRow = tuple[int, str] | None
+#: How claim_tasks (engine 0008) names the messages it archived: its warning's first words.
+ARCHIVED_NOTICE = "claim_tasks archived"
+
+
+class Claim(NamedTuple):
+    """What one claim did: the tasks it claimed, and the messages read that it archived because
+    their task no longer exists (a run deleted or pruned earlier)."""
+
+    tasks: list[ClaimedTask]
+    archived: list[int]
 
 
 class Session(Protocol):
@@ -45,6 +60,10 @@ class Session(Protocol):
         self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
     ) -> str: ...
     async def enable_notifications(self, queue: str) -> bool: ...
+    async def liveness(self) -> Liveness:
+        """The engine's worker liveness rule (its defaults on an engine older than 0008)."""
+        ...
+
     async def register_worker(
         self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
     ) -> None: ...
@@ -58,7 +77,7 @@ class Session(Protocol):
         worker_id: uuid.UUID,
         queue: str,
         step_slug: str | None,
-    ) -> list[ClaimedTask]: ...
+    ) -> Claim: ...
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None: ...
 
     # results
@@ -73,8 +92,9 @@ class Session(Protocol):
         """Whether the worker was deprecated; raises NoDataFound when its row is gone."""
         ...
 
-    async def requeue_stalled(self) -> int:
-        """Requeue stalled tasks unless another worker is doing it (then 0)."""
+    async def requeue_stalled(self, timeout_s: float) -> int:
+        """Requeue stalled tasks unless another worker is doing it (then 0); the sweep is
+        cancelled (QueryCanceled) after `timeout_s` seconds or a lock wait of a second."""
         ...
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None: ...
@@ -94,6 +114,8 @@ class PsycopgSession:
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
+        self._archived: list[int] = []
+        conn.add_notice_handler(self._notice)
 
     @classmethod
     async def connect(cls, url: str, prepare_threshold: int | None = 5) -> PsycopgSession:
@@ -131,6 +153,15 @@ class PsycopgSession:
                 await self.conn.execute(queries.ENABLE_NOTIFICATIONS, (queue,))
         return True
 
+    async def liveness(self) -> Liveness:
+        try:
+            cursor = await self.conn.execute(queries.WORKER_LIVENESS)
+        except psycopg.errors.UndefinedFunction:
+            return DEFAULT  # an engine before 0008: the rule it has is the default one
+        row = await cursor.fetchone()
+        assert row is not None
+        return Liveness(heartbeat_interval=row[0], live_within=row[1], stalled_after=row[2])
+
     async def register_worker(
         self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
     ) -> None:
@@ -149,7 +180,8 @@ class PsycopgSession:
         worker_id: uuid.UUID,
         queue: str,
         step_slug: str | None,
-    ) -> list[ClaimedTask]:
+    ) -> Claim:
+        self._archived = []
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             if step_slug is None:
                 await claim.execute(queries.CLAIM_TASKS, (flow_slug, msg_ids, worker_id, queue))
@@ -157,7 +189,17 @@ class PsycopgSession:
                 await claim.execute(
                     queries.CLAIM_STEP_TASKS, (flow_slug, msg_ids, worker_id, queue, step_slug)
                 )
-            return await claim.fetchall()
+            return Claim(await claim.fetchall(), self._archived)
+
+    def _notice(self, diag: psycopg.errors.Diagnostic) -> None:
+        """Collect the ids claim_tasks names in its archived-messages warning (JSON detail)."""
+        if not (diag.message_primary or "").startswith(ARCHIVED_NOTICE):
+            return
+        try:
+            ids = json.loads(diag.message_detail or "")["archived_message_ids"]
+            self._archived.extend(int(i) for i in ids)
+        except (ValueError, TypeError, KeyError):
+            return  # not the detail this release writes: nothing to add
 
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
         await self.conn.execute(queries.SET_VISIBILITY, (queue, msg_ids, seconds))
@@ -186,9 +228,15 @@ class PsycopgSession:
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
         return await self._true(queries.HEARTBEAT, (worker_id,))
 
-    async def requeue_stalled(self) -> int:
-        cursor = await self.conn.execute(queries.REQUEUE_STALLED, (LOCK_NAMESPACE, RECOVERY_LOCK))
-        row = await cursor.fetchone()
+    async def requeue_stalled(self, timeout_s: float) -> int:
+        async with self.conn.transaction():
+            await self.conn.execute(
+                queries.LIMIT_TRANSACTION, (f"{round(timeout_s * 1000)}ms", SWEEP_LOCK_TIMEOUT)
+            )
+            cursor = await self.conn.execute(
+                queries.REQUEUE_STALLED, (LOCK_NAMESPACE, RECOVERY_LOCK)
+            )
+            row = await cursor.fetchone()
         return int(row[0]) if row and row[0] else 0
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None:

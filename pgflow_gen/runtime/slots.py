@@ -15,7 +15,13 @@ from typing import Any
 
 from pgflow_gen.runtime import startup
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
+from pgflow_gen.runtime.task_runner import (
+    ClaimedTask,
+    Handler,
+    Report,
+    describe_failure,
+    run_task,
+)
 
 #: The name prefix of the threads that run synchronous handlers.
 HANDLER_THREAD_PREFIX = "pgflow-handler"
@@ -130,9 +136,16 @@ class Slots:
         self.wake_poll.set()
 
     def _handler_finished(self, running: asyncio.Task[Report]) -> None:
-        self.inflight.pop(running, None)
+        task = self.inflight.pop(running, None)
         if not running.cancelled():
-            report = running.result()
+            failure = running.exception()
+            if failure is not None and task is not None:
+                # run_task never raises; should it all the same, the task still gets a report.
+                self.log.error("task %s/%s[%d] ended without a report", task.run_id,
+                               task.step_slug, task.task_index, exc_info=failure)  # fmt: skip
+                report = Report(task, error=describe_failure(failure))
+            else:
+                report = running.result()
             if report.error is not None:
                 # The error opens with `Type: message`, then the handler's traceback.
                 self.log.warning(

@@ -83,7 +83,8 @@ async def run_task(
     root: bool = False,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
 ) -> Report:
-    """Run `handler` for `task`; never raises (a failure becomes the report's error).
+    """Run `handler` for `task`; never raises (a failure becomes the report's error), except
+    the cancellation of a worker that stops past its grace period.
 
     A root single step (`root`) gets the run input; every other task its assembled `input`.
     The step's timeout (`task.timeout`, from the claim) is enforced: at the deadline an async
@@ -91,6 +92,38 @@ async def run_task(
     `ctx.cancelled` is set, its late result discarded, and `on_abandoned` gets its future, which
     finishes when the thread does). Either way the task fails with a HandlerTimeoutError.
     """
+    try:
+        return await _run_task(
+            task,
+            handler,
+            executor=executor,
+            worker_id=worker_id,
+            shutdown=shutdown,
+            logger=logger,
+            database_url=database_url,
+            prepare_threshold=prepare_threshold,
+            root=root,
+            on_abandoned=on_abandoned,
+        )
+    except Exception as exc:  # the machinery around the handler failed: still a report
+        logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
+                     task.task_index, exc_info=exc)  # fmt: skip
+        return Report(task, error=f"The worker could not run the handler: {describe_failure(exc)}")
+
+
+async def _run_task(
+    task: ClaimedTask,
+    handler: Handler,
+    *,
+    executor: Executor,
+    worker_id: uuid.UUID,
+    shutdown: threading.Event,
+    logger: logging.Logger,
+    database_url: str,
+    prepare_threshold: int | None,
+    root: bool,
+    on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
+) -> Report:
     options: dict[str, Any] = {
         "autocommit": True,
         "prepare_threshold": prepare_threshold,
@@ -224,4 +257,6 @@ def _json_problem(value: Any) -> str | None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return str(exc)
+    except RecursionError:
+        return "it is nested too deeply"
     return None

@@ -180,6 +180,7 @@ def _run(
         )
     try:
         url = database.resolve_url(url_override or database_url)
+        database.check_url(url)
         worker = WorkerLoop(assignment, tuning, url, log)
         asyncio.run(worker.run(stopped_before))
     finally:

@@ -18,8 +18,6 @@ from typing import Any
 
 from pgflow_gen.runtime import errors
 
-#: Seconds between heartbeats; queue coverage counts a worker live for three of them.
-HEARTBEAT_INTERVAL = 5.0
 #: Seconds a read message stays hidden until the claim sets its real lease (timeout + 2 s).
 READ_VISIBILITY = 10
 

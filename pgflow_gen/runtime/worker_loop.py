@@ -8,13 +8,16 @@ reconnects after failures:
   their handlers; it sleeps until a PGMQ insert notification, a freed slot, or the long-poll
   interval wakes it;
 - the reporter (`reporter.py`) sends finished handlers' results (`complete_task` / `fail_task`)
-  and keeps the worker alive: a heartbeat every 5 s (deprecation makes the worker drain) and,
-  one worker at a time across all workers, `requeue_stalled_tasks()`;
+  and, one worker at a time across all workers, runs `requeue_stalled_tasks()`;
+- the heartbeat (`heartbeat.py`) beats at the engine's liveness rule's interval (`liveness.py`),
+  never behind a result or a sweep; deprecation makes the worker drain;
 - the listener (`listener.py`) waits for PGMQ's insert notifications on this worker's queue.
 
-Results wait in memory until the reporter has sent them, so a lost connection loses nothing.
-Every database call goes through a `session.Session` (the named engine calls of `queries.py`):
-psycopg in production, an in-memory fake in the loop's unit tests
+They run in one TaskGroup under a `supervision.Supervisor`: a part that fails unexpectedly is
+logged and stops the worker, which drains and ends with `WorkerFailedError`. Results wait in
+memory until the reporter has sent them, so a lost connection or a failed statement loses
+nothing. Every database call goes through a `session.Session` (the named engine calls of
+`queries.py`): psycopg in production, an in-memory fake in the loop's unit tests
 (tests/runtime/test_worker_loop.py). SIGTERM or SIGINT (or deprecation) stops the polling and
 drains in-flight handlers for the grace period; the worker then marks itself stopped.
 """
@@ -32,14 +35,17 @@ from collections.abc import Sequence
 
 import psycopg
 
-from pgflow_gen.runtime import errors
+from pgflow_gen.runtime import database, errors
 from pgflow_gen.runtime.assignment import Assignment
+from pgflow_gen.runtime.heartbeat import Heartbeat
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.listener import listen
+from pgflow_gen.runtime.liveness import DEFAULT, Liveness
 from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reporter import Reporter
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
+from pgflow_gen.runtime.supervision import Supervisor
 from pgflow_gen.runtime.worker_config import Tuning
 
 __all__ = ["HANDLER_THREAD_PREFIX", "STARTUP_CONNECT_S", "Assignment", "WorkerLoop"]
@@ -90,6 +96,10 @@ class WorkerLoop:
         self._draining = False
         self._deadline = 0.0
         self._notifications = tuning.notifications
+        #: The engine's liveness rule, read at startup.
+        self.liveness: Liveness = DEFAULT
+        #: The heartbeat, once the worker serves (the tests watch its beats).
+        self.heartbeat: Heartbeat | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self, stopped_before: Sequence[str] = (), *, handle_signals: bool = True) -> None:
@@ -108,6 +118,7 @@ class WorkerLoop:
             return
         try:
             await self._compile(first)
+            self.liveness = await first.liveness()
             if self._notifications:
                 self._notifications = await self._enable_notifications(first)
             else:
@@ -137,8 +148,9 @@ class WorkerLoop:
     async def _serve(self, first: Session) -> None:
         poll_link: Link[Session] = Link(self._connect, "polling", self.log)
         poll_link.adopt(first)
-        report_link: Link[Session] = Link(
-            self._connect, "results", self.log, on_connect=self._register
+        report_link: Link[Session] = Link(self._connect, "results", self.log)
+        beat_link: Link[Session] = Link(
+            self._connect, "heartbeats", self.log, on_connect=self._register
         )
         poller = Poller(
             slots=self.slots,
@@ -157,43 +169,66 @@ class WorkerLoop:
             recovery_interval=self.tuning.recovery_interval,
             link=report_link,
             logger=self.log,
-            register=self._register,
             draining=lambda: self._draining,
-            begin_drain=self.begin_drain,
             remaining=self._remaining,
         )
-        reporting = asyncio.create_task(reporter.run())
-        listener = (
-            asyncio.create_task(
-                listen(self._connect, self.assignment.queue_name, self.slots.wake_poll, self.log)
-            )
-            if self._notifications
-            else None
+        self.heartbeat = Heartbeat(
+            link=beat_link,
+            worker_id=self.worker_id,
+            name=self.name,
+            interval=self.liveness.heartbeat_interval,
+            logger=self.log,
+            draining=lambda: self._draining,
+            begin_drain=self.begin_drain,
         )
-        try:
-            await poller.run()
-            await self.slots.drain(self._remaining)
-        finally:
-            reporter.finish()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reporting, timeout=max(5.0, self._remaining()))
-            if not reporting.done():
-                reporting.cancel()
-            if self.slots.reports:
-                self.log.warning(
-                    "worker %s: %d result(s) could not be sent before stopping; stall recovery"
-                    " will run those tasks again",
-                    self.name,
-                    len(self.slots.reports),
+        crew = Supervisor(self.name, self.log, self.begin_drain)
+        async with asyncio.TaskGroup() as group:
+            reporting = group.create_task(crew.guard("reporter", reporter.run()))
+            beating = group.create_task(crew.guard("heartbeat", self.heartbeat.run()))
+            listening = (
+                group.create_task(
+                    crew.guard(
+                        "listener",
+                        listen(
+                            self._connect,
+                            self.assignment.queue_name,
+                            self.slots.wake_poll,
+                            self.log,
+                        ),
+                    )
                 )
-            if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await listener
-            await reporter.mark_stopped()
-            await poll_link.close()
-            await report_link.close()
-            self.slots.close()
+                if self._notifications
+                else None
+            )
+            try:
+                await crew.guard("poller", poller.run())
+            finally:
+                await crew.cleanup([
+                    ("draining the handlers", lambda: self.slots.drain(self._remaining)),
+                    ("sending the last results", lambda: self._last_results(reporter, reporting)),
+                    ("stopping the heartbeat", lambda: _cancel(beating)),
+                    ("stopping the listener", lambda: _cancel(listening)),
+                    ("marking the worker stopped", reporter.mark_stopped),
+                    ("closing the polling connection", poll_link.close),
+                    ("closing the results connection", report_link.close),
+                    ("closing the heartbeat connection", beat_link.close),
+                    ("shutting down the handler threads", self.slots.close),
+                ])  # fmt: skip
+        crew.raise_failure()
+
+    async def _last_results(self, reporter: Reporter, reporting: asyncio.Task[None]) -> None:
+        """Let the reporter send what is left (within the grace period, at least 5 s)."""
+        reporter.finish()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reporting), timeout=max(5.0, self._remaining()))
+        await _cancel(reporting)
+        if self.slots.reports:
+            self.log.warning(
+                "worker %s: %d result(s) could not be sent before stopping; stall recovery"
+                " will run those tasks again",
+                self.name,
+                len(self.slots.reports),
+            )
 
     def begin_drain(self, reason: str) -> None:
         """Stop polling; in-flight handlers get the grace period to finish."""
@@ -233,7 +268,12 @@ class WorkerLoop:
         while not self._draining:
             try:
                 return await self._connect()
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                problem = database.config_problem(exc)
+                if problem is not None:
+                    raise problem from None  # no retry can fix it
+                if not isinstance(exc, psycopg.OperationalError):
+                    raise
                 if self._draining:
                     return None
                 if time.monotonic() + backoff > deadline:
@@ -282,3 +322,12 @@ class WorkerLoop:
         await session.register_worker(
             self.worker_id, a.queue_name, self.name, a.flow.slug, a.step_slug
         )
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel `task` and wait until it has ended."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -3,12 +3,15 @@ loop), for unit tests of the loop's logic: slots, leases, drain, reconnects, dep
 
 It keeps messages with a visibility time and a queued task behind each, as PGMQ and the engine
 do, and records what the worker did. `down = True` makes every call (and every new connection)
-fail as a lost connection does. The behaviour of the real engine is tested against PostgreSQL
-elsewhere; this fake is only as smart as the loop tests need.
+fail as a lost connection does; `explode["heartbeat"] = RuntimeError(...)` makes that call raise
+the error (to the loop, a bug in the part that makes the call). The behaviour of the real engine
+is tested against PostgreSQL elsewhere; this fake is only as smart as the loop tests need.
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -19,7 +22,8 @@ import psycopg
 
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.session import TaskRow
+from pgflow_gen.runtime.liveness import Liveness
+from pgflow_gen.runtime.session import Claim, TaskRow
 from pgflow_gen.runtime.task_runner import ClaimedTask
 
 
@@ -45,6 +49,16 @@ class FakeEngine:
     refused_connections: int = 0
     #: What complete_task returns as the task's attempts_count (None: the claimed attempt).
     current_attempt: int | None = None
+    #: The liveness rule the engine tells workers (fast beats by default, for quick tests).
+    liveness: Liveness = field(default_factory=lambda: Liveness(0.02, 0.06, 0.2))
+    #: Whether PGMQ here has insert notifications (then the worker runs its listener).
+    notifications: bool = False
+    #: Session method name -> the error it raises (once set, on every call).
+    explode: dict[str, BaseException] = field(default_factory=dict)
+    #: While set to an unset event, results wait for it (a lock held on the rows they need).
+    results_gate: asyncio.Event | None = None
+    #: Every session opened, in order.
+    sessions: list[FakeSession] = field(default_factory=list)
     _next_id: int = 1
 
     def enqueue(self, count: int, timeout: int = 60) -> list[int]:
@@ -78,7 +92,9 @@ class FakeEngine:
         if self.down or self.results_down:
             self.refused_connections += 1
             raise psycopg.OperationalError("connection refused (the fake engine is down)")
-        return FakeSession(self)
+        session = FakeSession(self)
+        self.sessions.append(session)
+        return session
 
 
 class FakeSession:
@@ -101,6 +117,9 @@ class FakeSession:
     def _call(self) -> FakeEngine:
         if self.engine.down:
             raise psycopg.OperationalError("server closed the connection (the fake is down)")
+        caller = sys._getframe(1).f_code.co_name
+        if caller in self.engine.explode:
+            raise self.engine.explode[caller]
         return self.engine
 
     async def compile_flow(
@@ -110,8 +129,10 @@ class FakeSession:
         return "compiled"
 
     async def enable_notifications(self, queue: str) -> bool:
-        self._call()
-        return False
+        return self._call().notifications
+
+    async def liveness(self) -> Liveness:
+        return self._call().liveness
 
     async def register_worker(
         self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
@@ -133,11 +154,11 @@ class FakeSession:
         worker_id: uuid.UUID,
         queue: str,
         step_slug: str | None,
-    ) -> list[ClaimedTask]:
+    ) -> Claim:
         engine = self._call()
         claimed = [engine.queued.pop(m) for m in msg_ids if m in engine.queued]
         engine.claims.append([task.msg_id for task in claimed])
-        return claimed
+        return Claim(claimed, [])
 
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
         engine = self._call()
@@ -147,9 +168,13 @@ class FakeSession:
             engine.leases.append((msg_id, offset))
 
     async def complete_task(self, task: ClaimedTask, output: Any) -> TaskRow:
+        self._call()
+        if self.engine.results_gate is not None:
+            await self.engine.results_gate.wait()
         return self._finish(task, output)
 
     async def fail_task(self, task: ClaimedTask, error: str) -> TaskRow:
+        self._call()
         return self._finish(task, error)
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
@@ -157,7 +182,7 @@ class FakeSession:
         return [self._finish(task, output) for task, output in zip(tasks, outputs, strict=True)]
 
     def _finish(self, task: ClaimedTask, result: Any) -> TaskRow:
-        engine = self._call()
+        engine = self.engine
         if engine.results_down:
             self._lost = True
             raise psycopg.OperationalError("server closed the connection (results are down)")
@@ -172,7 +197,7 @@ class FakeSession:
         engine.heartbeats += 1
         return engine.deprecated
 
-    async def requeue_stalled(self) -> int:
+    async def requeue_stalled(self, timeout_s: float) -> int:
         self._call()
         return 0
 
@@ -184,7 +209,8 @@ class FakeSession:
 
     async def notifies(self, timeout: float) -> AsyncIterator[object]:
         self._call()
-        return  # the fake sends no notifications
+        await asyncio.sleep(timeout)  # the fake sends no notifications
+        return
         yield
 
     async def ping(self) -> None:

@@ -131,3 +131,38 @@ def test_a_stale_result_inside_a_batch_is_logged_and_the_rest_complete(
 
     assert [engine.run(r)["status"] for r in run_ids] == ["completed", "started", "completed"]
     assert sum("ignored the result of task" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_failure_message_the_engine_cannot_store_is_stored_made_storable(
+    engine: Engine, db_url: str
+) -> None:
+    run_id = engine.start("fanIn", {"n": 1})
+    [task] = engine.poll("fanIn")
+
+    assert send(db_url, [Report(task, error="ValueError: a NUL \x00 in the message")]) == []
+    assert engine.run(run_id)["status"] == "failed"
+    assert engine.task(run_id, "work")["error_message"] == "ValueError: a NUL \\0 in the message"
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_lock_timeout_raises_and_keeps_every_report(
+    engine: Engine, db_url: str, batch: bool
+) -> None:
+    run_ids = [engine.start("fanIn", {"n": n}) for n in range(2)]
+    tasks = sorted(engine.poll("fanIn"), key=lambda t: run_ids.index(t.run_id))
+    reports = [Report(task, output=i) for i, task in enumerate(tasks)]
+    if not batch:
+        reports = reports[:1]
+    waiting = list(reports)
+
+    async def go() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await conn.execute("set lock_timeout = '50ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                await send_reports(PsycopgSession(conn), reports, LOG)
+
+    with psycopg.connect(db_url) as holder:
+        holder.execute("select 1 from pgflow.runs where run_id = %s for update", (run_ids[0],))
+        asyncio.run(go())
+    assert reports == waiting  # every report kept, none turned into a failure
+    assert [engine.run(r)["status"] for r in run_ids] == ["started", "started"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_config, worker_loop
+from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_loop
 from pgflow_gen.runtime.worker import assignment_for
 from pgflow_gen.runtime.worker_config import Tuning
 from tests.runtime.fake_session import FakeEngine
@@ -109,9 +109,8 @@ def test_results_kept_through_an_outage_hold_their_slots_and_are_sent_once() -> 
 
 
 def test_deprecation_drains_the_worker_and_marks_it_stopped(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(worker_config, "HEARTBEAT_INTERVAL", 0.02)
     engine = FakeEngine("fake", "work")
 
     async def main() -> None:

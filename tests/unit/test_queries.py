@@ -13,13 +13,16 @@ from pgflow_gen.runtime import queries
 PACKAGE = Path(pgflow_gen.__file__).parent
 WORKER_MODULES = [
     "runtime/context.py",
+    "runtime/heartbeat.py",
     "runtime/listener.py",
     "runtime/poller.py",
     "runtime/reporter.py",
     "runtime/reporting.py",
     "runtime/session.py",
     "runtime/slots.py",
+    "runtime/sqlstate.py",
     "runtime/startup.py",
+    "runtime/supervision.py",
     "runtime/task_runner.py",
     "runtime/worker.py",
     "runtime/worker_loop.py",

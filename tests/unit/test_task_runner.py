@@ -208,3 +208,27 @@ def test_the_context_knows_its_deadline_and_attempt() -> None:
         return [ctx.attempt, 0 < ctx.time_left() <= 60, ctx.cancelled.is_set()]
 
     assert run(look, task(timeout=60), root=False).output == [1, True, False]
+
+
+def test_a_deeply_nested_output_fails_its_task_instead_of_raising() -> None:
+    nested: Any = []
+    for _ in range(100_000):
+        nested = [nested]
+    report = run(lambda value, ctx, /: nested, task(), root=True)
+    assert report.error == "The handler's output is not JSON: it is nested too deeply."
+
+
+def test_a_failure_around_the_handler_still_becomes_a_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    def handler(value: Any, ctx: Any, /) -> Any:
+        raise Unprintable  # describing the failure itself fails
+
+    report = run(handler, task(), root=True)
+    assert report.error is not None
+    assert report.error.startswith("The worker could not run the handler: RuntimeError: no text")
+    assert "running task" in caplog.text

@@ -86,3 +86,19 @@ def test_a_run_held_by_a_callback_is_pruned_next_time(engine: Engine, db_url: st
         assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 0
         callback.rollback()
     assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1
+
+
+def test_deletes_the_queued_messages_of_the_tasks_it_deletes(engine: Engine) -> None:
+    # A run failed by hand (an operator's update) keeps its queued task and its message.
+    engine.flow("old", {"slug": "a"})
+    kept = engine.start("old")
+    failed = engine.start("old")
+    engine.conn.execute(
+        "update pgflow.runs set status = 'failed', failed_at = now() - interval '10 days'"
+        " where run_id = %s",
+        (failed,),
+    )
+    assert len(engine.queued_messages("old")) == 2
+    assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1
+    [left] = engine.queued_messages("old")
+    assert left["message"]["run_id"] == str(kept)

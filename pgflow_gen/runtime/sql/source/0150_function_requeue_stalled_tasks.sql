@@ -1,9 +1,9 @@
--- Recovers tasks whose worker vanished. A started task (in a started run and step) is stalled when
--- its worker is gone (marked stopped, or no heartbeat for 30 s: workers beat every 5 s) or its
--- lease ran out (started longer ago than its effective timeout + 30 s: a live worker fails a task
--- at its timeout). Never a task a live worker runs within its timeout. A stalled task is queued
+-- Recovers tasks whose worker vanished: the tasks pgflow.find_stalled_tasks names (worker gone,
+-- or lease run out; never a task a live worker runs within its timeout). A stalled task is queued
 -- again and its message made visible, at most 3 times; after that it is parked
--- (permanently_stalled_at) and its message archived. Skips locked tasks.
+-- (permanently_stalled_at) and its message archived. Skips locked tasks. Two statements: the
+-- first locks the candidates, the second re-checks them with a fresh snapshot, so a task claimed a
+-- moment ago by a worker that registered after the first statement began is left alone.
 -- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
 create function pgflow.requeue_stalled_tasks()
 returns int
@@ -18,28 +18,34 @@ declare
   v_park_messages bigint[];
   v_queue text;
   v_ids bigint[];
+  v_run_ids uuid[];
+  v_step_slugs text[];
+  v_task_indexes int[];
 begin
   -- Periodic maintenance is also where idle queues get their completed messages archived; first,
   -- before any task row is locked (the drain takes no task locks, so no order to invert).
   perform pgflow.archive_completed_messages();
 
-  with stalled as (
+  -- Lock the candidates (this statement's snapshot may predate a worker that claimed one since).
+  select array_agg(x.run_id), array_agg(x.step_slug), array_agg(x.task_index)
+  into v_run_ids, v_step_slugs, v_task_indexes
+  from (
     select t.run_id, t.step_slug, t.task_index
-    from pgflow.step_tasks as t
-    join pgflow.runs as r on r.run_id = t.run_id and r.status = 'started'
-    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
-    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-    join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where t.status = 'started' and t.permanently_stalled_at is null
-      and (
-        t.started_at < clock_timestamp() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
-        or not exists (
-          select 1 from pgflow.workers as w
-          where w.worker_id = t.last_worker_id and w.stopped_at is null
-            and w.last_heartbeat_at > clock_timestamp() - interval '30 seconds'
-        )
-      )
+    from pgflow.find_stalled_tasks() as c
+    join pgflow.step_tasks as t
+      on t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
     for update of t skip locked
+  ) as x;
+  if v_run_ids is null then
+    return 0;
+  end if;
+
+  -- GUARD: a new statement, a new snapshot: only the locked tasks that are still stalled change.
+  with stalled as (
+    select c.run_id, c.step_slug, c.task_index
+    from pgflow.find_stalled_tasks() as c
+    join unnest(v_run_ids, v_step_slugs, v_task_indexes) as k (run_id, step_slug, task_index)
+      on k.run_id = c.run_id and k.step_slug = c.step_slug and k.task_index = c.task_index
   ),
   changed as (
     update pgflow.step_tasks as t

@@ -1,5 +1,5 @@
 -- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
--- states and tasks, workers silent for longer than retention, and archived messages older than
+-- states, tasks and the tasks' messages still in a queue, workers silent for longer than retention, and archived messages older than
 -- retention in every queue a flow owns (its steps' routes, plus the default queue of a flow-mode
 -- flow), found by their canonical archive table names without listing queues. Running runs are
 -- never touched, whatever their age.
@@ -16,6 +16,8 @@ declare
   v_workers int;
   v_archived int := 0;
   v_count int;
+  v_queues text[];
+  v_messages bigint[];
 begin
   if retention is null or retention < interval '0' then
     raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
@@ -36,7 +38,20 @@ begin
   end if;
 
   if v_runs is not null then
-    delete from pgflow.step_tasks as t where t.run_id = any (v_runs);
+    -- The tasks' messages still in their queues go with them, or they would come back after every
+    -- lease with no task to claim (a run failed by hand, a task parked by stall recovery).
+    with gone as (
+      delete from pgflow.step_tasks as t where t.run_id = any (v_runs)
+      returning t.queue_name, t.message_id
+    )
+    select array_agg(g.queue_name), array_agg(g.message_id) into v_queues, v_messages
+    from gone as g where g.message_id is not null;
+    for v_queue in select distinct q from unnest(v_queues) as q loop
+      continue when to_regclass(format('pgmq.%I', 'q_' || v_queue)) is null;
+      perform pgmq.delete(v_queue, array(
+        select x.m from unnest(v_queues, v_messages) as x (q, m) where x.q = v_queue
+      ));
+    end loop;
     delete from pgflow.step_states as ss where ss.run_id = any (v_runs);
     delete from pgflow.runs as r where r.run_id = any (v_runs);
   end if;

@@ -1,8 +1,8 @@
 -- Which queue routes have a live worker right now: every persisted step route, left-joined to the
 -- workers registered on exactly that queue that are neither stopped nor deprecated and sent a
--- heartbeat within `freshness` (workers beat every 5 s; the default spans three beats).
+-- heartbeat within `freshness` (default: the liveness rule's live_within, 15 s, three heartbeats).
 -- Several live instances are one covered route. A point-in-time check, run after a deployment.
-create function pgflow.queue_coverage(freshness interval default '15 seconds')
+create function pgflow.queue_coverage(freshness interval default (pgflow.worker_liveness()).live_within)
 returns table (
   flow_slug text,
   step_slug text,

@@ -1,0 +1,434 @@
+-- Engine migration 0008: one liveness rule, and stall recovery that never takes a live claim.
+--
+-- pgflow.worker_liveness() is the one place in SQL that spells the worker liveness rule
+-- (heartbeat every 5 s, live within 15 s, stalled after 30 s; pgflow.heartbeat_interval,
+-- pgflow.live_within and pgflow.stalled_after override them per database or role). queue_coverage
+-- defaults to its live_within and find_stalled_tasks, the stall rule, to its stalled_after.
+-- requeue_stalled_tasks locks its candidates in one statement and re-checks them in the next, with
+-- a fresh snapshot: a task claimed a moment earlier by a worker that registered after the first
+-- statement began was requeued before. claim_tasks registers a worker again that is marked stopped
+-- or silent for longer than live_within, so its claim is not taken the moment it is made. No table
+-- changes; workers of any release run on it.
+--
+-- prune_data_older_than deletes the queued messages of the tasks it deletes; claim_tasks archives
+-- a message of its flow (and step) whose task no longer exists, with a warning naming them, so
+-- such a message is no longer redelivered after every lease. Other foreign messages are left
+-- alone as before.
+
+-- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
+-- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
+-- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
+-- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
+-- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
+-- pgflow.stalled_after per database or role. Workers read it when they start. No writes.
+create function pgflow.worker_liveness(
+  out heartbeat_interval interval,
+  out live_within interval,
+  out stalled_after interval
+)
+language plpgsql
+stable
+parallel safe
+set search_path = ''
+as $$
+begin
+  heartbeat_interval := coalesce(nullif(current_setting('pgflow.heartbeat_interval', true), '')::interval, interval '5 seconds');
+  live_within := coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds');
+  stalled_after := coalesce(nullif(current_setting('pgflow.stalled_after', true), '')::interval, interval '30 seconds');
+  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either.
+  if not (heartbeat_interval > interval '0' and live_within >= 2 * heartbeat_interval
+          and stalled_after >= live_within) then
+    raise exception 'Inconsistent worker liveness settings: heartbeat every %, live within %, stalled after %.',
+      heartbeat_interval, live_within, stalled_after
+      using errcode = '22023',
+        hint = 'Keep pgflow.heartbeat_interval > 0, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
+  end if;
+end;
+$$;
+
+-- The stall rule, read by requeue_stalled_tasks: the started tasks (of started runs and steps, not
+-- parked) whose worker is gone (marked stopped, or no heartbeat within the liveness rule's
+-- stalled_after) or whose lease ran out (started longer ago than the step's effective timeout +
+-- stalled_after: a live worker fails a task at its timeout). Takes no locks; sees the calling
+-- statement's snapshot.
+create function pgflow.find_stalled_tasks()
+returns table (run_id uuid, step_slug text, task_index int)
+language sql
+stable
+set search_path = ''
+as $$
+  select t.run_id, t.step_slug, t.task_index
+  from pgflow.worker_liveness() as l,
+    pgflow.step_tasks as t
+    join pgflow.runs as r on r.run_id = t.run_id and r.status = 'started'
+    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
+    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join pgflow.flows as f on f.flow_slug = t.flow_slug
+  where t.status = 'started' and t.permanently_stalled_at is null
+    and (
+      t.started_at < clock_timestamp() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)) - l.stalled_after
+      or not exists (
+        select 1 from pgflow.workers as w
+        where w.worker_id = t.last_worker_id and w.stopped_at is null
+          and w.last_heartbeat_at > clock_timestamp() - l.stalled_after
+      )
+    )
+$$;
+
+-- Recovers tasks whose worker vanished: the tasks pgflow.find_stalled_tasks names (worker gone,
+-- or lease run out; never a task a live worker runs within its timeout). A stalled task is queued
+-- again and its message made visible, at most 3 times; after that it is parked
+-- (permanently_stalled_at) and its message archived. Skips locked tasks. Two statements: the
+-- first locks the candidates, the second re-checks them with a fresh snapshot, so a task claimed a
+-- moment ago by a worker that registered after the first statement began is left alone.
+-- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
+create or replace function pgflow.requeue_stalled_tasks()
+returns int
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_requeue_queues text[];
+  v_requeue_messages bigint[];
+  v_park_queues text[];
+  v_park_messages bigint[];
+  v_queue text;
+  v_ids bigint[];
+  v_run_ids uuid[];
+  v_step_slugs text[];
+  v_task_indexes int[];
+begin
+  -- Periodic maintenance is also where idle queues get their completed messages archived; first,
+  -- before any task row is locked (the drain takes no task locks, so no order to invert).
+  perform pgflow.archive_completed_messages();
+
+  -- Lock the candidates (this statement's snapshot may predate a worker that claimed one since).
+  select array_agg(x.run_id), array_agg(x.step_slug), array_agg(x.task_index)
+  into v_run_ids, v_step_slugs, v_task_indexes
+  from (
+    select t.run_id, t.step_slug, t.task_index
+    from pgflow.find_stalled_tasks() as c
+    join pgflow.step_tasks as t
+      on t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+    for update of t skip locked
+  ) as x;
+  if v_run_ids is null then
+    return 0;
+  end if;
+
+  -- GUARD: a new statement, a new snapshot: only the locked tasks that are still stalled change.
+  with stalled as (
+    select c.run_id, c.step_slug, c.task_index
+    from pgflow.find_stalled_tasks() as c
+    join unnest(v_run_ids, v_step_slugs, v_task_indexes) as k (run_id, step_slug, task_index)
+      on k.run_id = c.run_id and k.step_slug = c.step_slug and k.task_index = c.task_index
+  ),
+  changed as (
+    update pgflow.step_tasks as t
+    set status = case when t.requeued_count < 3 then 'queued' else t.status end,
+      started_at = case when t.requeued_count < 3 then null else t.started_at end,
+      last_worker_id = case when t.requeued_count < 3 then null else t.last_worker_id end,
+      requeued_count = case when t.requeued_count < 3 then t.requeued_count + 1 else t.requeued_count end,
+      last_requeued_at = case when t.requeued_count < 3 then clock_timestamp() else t.last_requeued_at end,
+      permanently_stalled_at = case when t.requeued_count < 3 then null else clock_timestamp() end
+    from stalled
+    where t.run_id = stalled.run_id and t.step_slug = stalled.step_slug and t.task_index = stalled.task_index
+    returning t.queue_name, t.message_id, t.status = 'queued' as requeued
+  )
+  select array_agg(c.queue_name) filter (where c.requeued), array_agg(c.message_id) filter (where c.requeued),
+    array_agg(c.queue_name) filter (where not c.requeued), array_agg(c.message_id) filter (where not c.requeued)
+  into v_requeue_queues, v_requeue_messages, v_park_queues, v_park_messages
+  from changed as c;
+
+  -- Requeued tasks become visible at once; parked ones leave the queue.
+  for v_queue in select distinct q from unnest(v_requeue_queues) as q loop
+    v_ids := array(select x.m from unnest(v_requeue_queues, v_requeue_messages) as x (q, m) where x.q = v_queue);
+    perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
+  end loop;
+  perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
+  return coalesce(cardinality(v_requeue_messages), 0);
+end;
+$$;
+
+-- The claim, phase two of reading a task: of the messages a worker read from queue_name, claims the
+-- queued tasks of this flow whose run and step are started, extends each message's visibility to
+-- the step's timeout + 2 s, and returns the tasks with their inputs, the attempt each claim
+-- started (the fencing token of the task's callbacks) and the step's effective timeout.
+-- Task rows locked by someone else are skipped (their message comes back later), so a claim never
+-- waits; then PGMQ rows are locked. First it archives the queue's batch of completed tasks'
+-- messages.
+-- The selector follows the flow's queue mode: a step-queued flow claims only tasks of step_slug,
+-- which must name a step exactly and queue_name its exact route; a flow-mode flow takes no step.
+-- A wrong selector raises before anything changes. Messages read of this flow (and step) whose
+-- task no longer exists are archived (a warning names them); other foreign ones are left alone.
+-- A worker marked stopped, or silent for longer than the liveness rule's live_within, that claims
+-- is registered again (a claim proves it alive).
+create or replace function pgflow.claim_tasks(
+  flow_slug text,
+  msg_ids bigint[],
+  worker_id uuid,
+  queue_name text,
+  step_slug text default null
+)
+returns setof pgflow.claimed_task
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queue text := lower(queue_name);
+  v_mode text;
+  v_route text;
+  v_twin text;
+  v_run_ids uuid[];
+  v_step_slugs text[];
+  v_task_indexes int[];
+  v_message_ids bigint[];
+  v_attempts int[];
+  v_timeouts int[];
+  v_visible_set int;
+  v_orphans bigint[];
+begin
+  if queue_name is null then
+    raise exception 'A claim needs the queue the messages were read from.' using errcode = '22004';
+  end if;
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = claim_tasks.flow_slug;
+  if not found then
+    raise exception 'Flow "%" does not exist.', flow_slug using errcode = 'P0002';
+  end if;
+  if v_mode = 'flow' and step_slug is not null then
+    raise exception 'Flow "%" uses its default queue, so claiming takes no step slug.', flow_slug
+      using errcode = '22023', hint = 'Claim without step_slug for a flow-mode flow.';
+  end if;
+  if v_mode = 'step' then
+    if step_slug is null then
+      raise exception 'Flow "%" uses per-step queues, so claiming needs the step slug.', flow_slug
+        using errcode = '22023', hint = 'Pass step_slug => the step this worker runs, with that step''s queue.';
+    end if;
+    select s.queue_name into v_route from pgflow.steps as s
+    where s.flow_slug = claim_tasks.flow_slug and s.step_slug = claim_tasks.step_slug;
+    if not found then
+      select s.step_slug into v_twin from pgflow.steps as s
+      where s.flow_slug = claim_tasks.flow_slug and lower(s.step_slug) = lower(claim_tasks.step_slug);
+      if v_twin is not null then
+        raise exception 'Flow "%" has no step "%".', flow_slug, step_slug
+          using errcode = '22023', detail = format('Step slugs match exactly; did you mean "%s"?', v_twin);
+      end if;
+      raise exception 'Flow "%" has no step "%".', flow_slug, step_slug using errcode = '22023';
+    end if;
+    if v_route <> queue_name then
+      raise exception 'Step "%" of flow "%" is routed to queue "%", not "%".', step_slug, flow_slug, v_route, queue_name
+        using errcode = '22023', hint = 'Claim with the messages read from the step''s own queue.';
+    end if;
+    v_queue := v_route;
+  end if;
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+  -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
+  -- window, is registered again, or stall recovery would take what it claims the moment it does.
+  update pgflow.workers as w set stopped_at = null, last_heartbeat_at = clock_timestamp()
+  where w.worker_id = claim_tasks.worker_id
+    and (w.stopped_at is not null
+      or w.last_heartbeat_at < clock_timestamp() - (pgflow.worker_liveness()).live_within);
+  if not found and not exists (select 1 from pgflow.workers as w where w.worker_id = claim_tasks.worker_id) then
+    raise exception 'Worker % is not registered.', worker_id
+      using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  perform pgflow.archive_completed_messages(v_queue);
+
+  -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
+  -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
+  with candidates as (
+    select t.run_id, t.step_slug, t.task_index
+    from pgflow.step_tasks as t
+    where t.queue_name = v_queue and t.message_id = any (claim_tasks.msg_ids)
+      and t.flow_slug = claim_tasks.flow_slug and t.status = 'queued'
+      and (claim_tasks.step_slug is null or t.step_slug = claim_tasks.step_slug)
+    order by t.run_id, t.step_slug, t.task_index
+    for update skip locked
+  ),
+  claimed as (
+    update pgflow.step_tasks as t
+    set status = 'started', attempts_count = t.attempts_count + 1,
+      started_at = clock_timestamp(), last_worker_id = claim_tasks.worker_id
+    from candidates as c, pgflow.steps as s, pgflow.flows as f
+    where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+      and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
+    returning t.run_id, t.step_slug, t.task_index, t.message_id, t.attempts_count,
+      coalesce(s.opt_timeout, f.opt_timeout) as timeout
+  )
+  select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
+    array_agg(c.message_id), array_agg(c.attempts_count), array_agg(c.timeout)
+  into v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts
+  from claimed as c;
+  -- Messages of this flow (and step) whose task no longer exists (a run deleted or pruned
+  -- before 0008 left them) would come back after every lease: archive them and say so.
+  execute format($sql$
+    select array_agg(q.msg_id order by q.msg_id) from pgmq.%I as q
+    where q.msg_id = any ($1) and not (q.msg_id = any ($2))
+      and q.message ->> 'flow_slug' = $3 and ($4::text is null or q.message ->> 'step_slug' = $4)
+      and q.message ->> 'run_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+      and q.message ->> 'task_index' ~ '^[0-9]{1,9}$'
+      and not exists (
+        select 1 from pgflow.step_tasks as t
+        where t.run_id = (case when q.message ->> 'run_id' ~* '^[0-9a-f-]{36}$' then (q.message ->> 'run_id')::uuid end)
+          and t.step_slug = q.message ->> 'step_slug'
+          and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
+      )
+    $sql$, 'q_' || v_queue)
+  into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), claim_tasks.flow_slug, claim_tasks.step_slug;
+  if v_orphans is not null then
+    perform pgmq.archive(v_queue, v_orphans);
+    raise warning 'claim_tasks archived % message(s) of queue "%" whose task no longer exists.',
+      cardinality(v_orphans), v_queue
+      using detail = jsonb_build_object('archived_message_ids', to_jsonb(v_orphans))::text;
+  end if;
+  if v_message_ids is null then
+    return;
+  end if;
+
+  -- GUARD: the lease must be in place before any task is returned, or the claim is undone.
+  select count(*) into v_visible_set from pgflow.set_vt_batch(v_queue, v_message_ids,
+    array(select x.t + 2 from unnest(v_timeouts) with ordinality as x (t, n) order by x.n));
+  if v_visible_set <> cardinality(v_message_ids) then
+    raise exception 'claim_tasks: % of % claimed messages are missing from queue "%".',
+      cardinality(v_message_ids) - v_visible_set, cardinality(v_message_ids), v_queue
+      using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
+  end if;
+
+  return query
+  select claim_tasks.flow_slug, c.run_id, c.step_slug,
+    case
+      when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
+      when s.step_type = 'map' then (
+        select dep.output -> c.task_index
+        from pgflow.deps as d
+        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
+        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
+      )
+      else coalesce((
+        select jsonb_object_agg(d.dep_slug, dep.output)
+        from pgflow.deps as d
+        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
+        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug and dep.status = 'completed'
+      ), '{}'::jsonb)
+    end,
+    c.message_id, c.task_index,
+    case when s.step_type = 'single' and s.deps_count = 0 then r.input end,
+    c.attempt, c.timeout
+  from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts)
+    as c (run_id, step_slug, task_index, message_id, attempt, timeout)
+  join pgflow.runs as r on r.run_id = c.run_id
+  join pgflow.steps as s on s.flow_slug = claim_tasks.flow_slug and s.step_slug = c.step_slug
+  order by c.message_id;
+end;
+$$;
+
+-- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
+-- states, tasks and the tasks' messages still in a queue, workers silent for longer than retention, and archived messages older than
+-- retention in every queue a flow owns (its steps' routes, plus the default queue of a flow-mode
+-- flow), found by their canonical archive table names without listing queues. Running runs are
+-- never touched, whatever their age.
+create or replace function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_queue text;
+  v_workers int;
+  v_archived int := 0;
+  v_count int;
+  v_queues text[];
+  v_messages bigint[];
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
+  end if;
+
+  perform pgflow.archive_completed_messages();
+
+  -- Same lock order as the task callbacks: runs first; a run busy right now is pruned next time.
+  v_runs := array(
+    select r.run_id from pgflow.runs as r
+    where (r.status = 'completed' and r.completed_at < v_cutoff)
+       or (r.status = 'failed' and r.failed_at < v_cutoff)
+    order by r.run_id
+    for update skip locked
+  );
+  if cardinality(v_runs) = 0 then
+    v_runs := null;
+  end if;
+
+  if v_runs is not null then
+    -- The tasks' messages still in their queues go with them, or they would come back after every
+    -- lease with no task to claim (a run failed by hand, a task parked by stall recovery).
+    with gone as (
+      delete from pgflow.step_tasks as t where t.run_id = any (v_runs)
+      returning t.queue_name, t.message_id
+    )
+    select array_agg(g.queue_name), array_agg(g.message_id) into v_queues, v_messages
+    from gone as g where g.message_id is not null;
+    for v_queue in select distinct q from unnest(v_queues) as q loop
+      continue when to_regclass(format('pgmq.%I', 'q_' || v_queue)) is null;
+      perform pgmq.delete(v_queue, array(
+        select x.m from unnest(v_queues, v_messages) as x (q, m) where x.q = v_queue
+      ));
+    end loop;
+    delete from pgflow.step_states as ss where ss.run_id = any (v_runs);
+    delete from pgflow.runs as r where r.run_id = any (v_runs);
+  end if;
+
+  delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select s.queue_name from pgflow.steps as s
+    union
+    select pgflow.default_queue_name(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
+  loop
+    continue when to_regclass(format('pgmq.%I', 'a_' || v_queue)) is null;
+    execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
+    get diagnostics v_count = row_count;
+    v_archived := v_archived + v_count;
+  end loop;
+
+  return jsonb_build_object(
+    'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived
+  );
+end;
+$$;
+
+-- Which queue routes have a live worker right now: every persisted step route, left-joined to the
+-- workers registered on exactly that queue that are neither stopped nor deprecated and sent a
+-- heartbeat within `freshness` (default: the liveness rule's live_within, 15 s, three heartbeats).
+-- Several live instances are one covered route. A point-in-time check, run after a deployment.
+create or replace function pgflow.queue_coverage(freshness interval default (pgflow.worker_liveness()).live_within)
+returns table (
+  flow_slug text,
+  step_slug text,
+  step_index int,
+  queue_name text,
+  live_workers int,
+  covered boolean
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select s.flow_slug, s.step_slug, s.step_index, s.queue_name,
+    count(w.worker_id)::int, count(w.worker_id) > 0
+  from pgflow.steps as s
+  left join pgflow.workers as w
+    on w.queue_name = s.queue_name
+    and w.stopped_at is null
+    and w.deprecated_at is null
+    and w.last_heartbeat_at > now() - queue_coverage.freshness
+  group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
+  order by s.flow_slug, s.step_index
+$$;

@@ -1,0 +1,30 @@
+-- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
+-- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
+-- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
+-- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
+-- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
+-- pgflow.stalled_after per database or role. Workers read it when they start. No writes.
+create function pgflow.worker_liveness(
+  out heartbeat_interval interval,
+  out live_within interval,
+  out stalled_after interval
+)
+language plpgsql
+stable
+parallel safe
+set search_path = ''
+as $$
+begin
+  heartbeat_interval := coalesce(nullif(current_setting('pgflow.heartbeat_interval', true), '')::interval, interval '5 seconds');
+  live_within := coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds');
+  stalled_after := coalesce(nullif(current_setting('pgflow.stalled_after', true), '')::interval, interval '30 seconds');
+  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either.
+  if not (heartbeat_interval > interval '0' and live_within >= 2 * heartbeat_interval
+          and stalled_after >= live_within) then
+    raise exception 'Inconsistent worker liveness settings: heartbeat every %, live within %, stalled after %.',
+      heartbeat_interval, live_within, stalled_after
+      using errcode = '22023',
+        hint = 'Keep pgflow.heartbeat_interval > 0, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
+  end if;
+end;
+$$;
