@@ -25,8 +25,9 @@ async def compile_flow(
     queue_mode: QueueMode,
     route_map: Sequence[Mapping[str, str]],
 ) -> str:
-    """Compile `flow` (or check it matches what is compiled) and return the engine's status
-    (`compiled`, `verified`, `recompiled`).
+    """Compile `flow` (or check it matches what is compiled) and return what happened, for the
+    log: the engine's status (`compiled`, `verified`, `recompiled`), with what changed when
+    something did (`verified; options updated: ...`, `recompiled: 6 run(s) deleted`).
 
     Raises DatabaseError (no engine, an engine too old, a lost connection),
     FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
@@ -85,7 +86,9 @@ async def compile_flow(
             flow_slug=flow.slug,
             differences=tuple(result.get("differences", [])),
         )
-    return str(status)
+    # What a person needs to know: "verified", or what changed ("verified; options updated:
+    # step \"fetch\" timeout 60 -> 30", "recompiled: 6 run(s) deleted") since engine 0008.
+    return str(result.get("summary") or status)
 
 
 def takes_run_input(flow: Flow[Any, Any, Any]) -> frozenset[str]:

@@ -39,7 +39,15 @@ def eventually(check: Callable[[], T | None], what: str, deadline: float = DEADL
 class WorkerProcess:
     """One worker process, running `python -m <module>` in the e2e project."""
 
-    def __init__(self, module: str, db_url: str, log_path: Path, *args: str, **env: str) -> None:
+    def __init__(
+        self,
+        module: str,
+        db_url: str,
+        log_path: Path,
+        *args: str,
+        cwd: Path | str = PROJECT,
+        **env: str,
+    ) -> None:
         self.module = module
         self.log_path = log_path
         environment = {
@@ -53,7 +61,7 @@ class WorkerProcess:
         self._log = log_path.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],
-            cwd=PROJECT,
+            cwd=cwd,
             env=environment,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -106,10 +114,13 @@ class Workers:
         self.logs = logs
         self.started: list[WorkerProcess] = []
 
-    def start(self, flow_module: str, entry: str, *args: str, **env: str) -> WorkerProcess:
+    def start(
+        self, flow_module: str, entry: str, *args: str, cwd: Path | str = PROJECT, **env: str
+    ) -> WorkerProcess:
+        """Start an entry file of the e2e project (or of the project at `cwd`)."""
         module = f"app.pgflow.workers.{flow_module}.{entry}"
         log_path = self.logs / f"{flow_module}.{entry}.{len(self.started)}.log"
-        worker = WorkerProcess(module, self.db_url, log_path, *args, **env)
+        worker = WorkerProcess(module, self.db_url, log_path, *args, cwd=cwd, **env)
         self.started.append(worker)
         return worker
 

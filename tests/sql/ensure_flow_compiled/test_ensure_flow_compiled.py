@@ -51,7 +51,7 @@ def test_verifies_an_identical_flow(engine: Engine) -> None:
     assert ensure(engine, SHAPE)["status"] == "verified"
 
 
-def test_ignores_option_differences(engine: Engine) -> None:
+def test_option_differences_are_no_mismatch(engine: Engine) -> None:
     ensure(engine, SHAPE)
     changed = {**SHAPE, "options": {"maxAttempts": 9, "timeout": 5}}
     assert ensure(engine, changed)["status"] == "verified"

@@ -1,6 +1,7 @@
 -- Step definitions in step_index order (the topological order); queue_name is the step's route.
 -- Step slugs are unique ignoring case within a flow.
--- Written by add_step and ensure_flow_compiled under the flow's advisory lock; never updated.
+-- Written by add_step and ensure_flow_compiled under the flow's advisory lock; only the opt_*
+-- columns are ever updated (ensure_flow_compiled applies a verified shape's options).
 create table pgflow.steps (
   flow_slug text not null references pgflow.flows (flow_slug),
   step_slug text not null,

@@ -22,6 +22,9 @@ create table pgflow.step_tasks (
   started_at timestamptz,
   completed_at timestamptz,
   failed_at timestamptz,
+  -- The step's effective timeout when the current attempt was claimed: its lease (engine 0008),
+  -- kept when the step's timeout changes meanwhile.
+  claimed_timeout int,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')

@@ -4,7 +4,10 @@
 -- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
 -- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
 -- step mode). A shape's "inputSchema" is stored with the flow when it is compiled, recompiled
--- or verified (not compared). Takes the flow's definition lock; any failure rolls back everything.
+-- or verified (not compared); its options are applied when it is verified (not compared either:
+-- "optionsUpdated" lists the changes). A result may carry a "summary" for people: what changed
+-- ("verified; options updated: ...", "recompiled: 6 run(s) deleted").
+-- Takes the flow's definition lock; any failure rolls back everything.
 create function pgflow.ensure_flow_compiled(
   flow_slug text,
   shape jsonb,
@@ -26,6 +29,8 @@ declare
   v_differences text[] := '{}';
   v_routing text[] := '{}';
   v_kind text;
+  v_options jsonb;
+  v_deleted_runs bigint;
 begin
   perform pgflow._validate_flow_shape(shape);
   v_step_slugs := array(select s.value ->> 'slug' from jsonb_array_elements(shape -> 'steps') as s);
@@ -73,7 +78,19 @@ begin
   end if;
   if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
     perform pgflow._store_input_schema(flow_slug, shape);
-    return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
+    v_options := pgflow._apply_flow_options(flow_slug, shape);
+    if jsonb_array_length(v_options) = 0 then
+      return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
+    end if;
+    return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb,
+      'optionsUpdated', v_options,
+      'summary', 'verified; options updated: ' || (
+        select string_agg(format('%s %s %s -> %s',
+            case when c ->> 'step' is null then 'flow' else format('step "%s"', c ->> 'step') end,
+            c ->> 'option', coalesce(c ->> 'from', 'the flow''s'), coalesce(c ->> 'to', 'the flow''s')),
+          ', ' order by o)
+        from jsonb_array_elements(v_options) with ordinality as x (c, o)
+      ));
   end if;
   v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
   v_differences := v_differences || v_routing;
@@ -82,11 +99,13 @@ begin
     -- The new queues must be free before the old definition goes (its own queues count as free).
     perform pgflow._preflight_queue_names(flow_slug,
       case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
+    select count(*) into v_deleted_runs from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;
     perform pgflow.delete_flow_and_data(flow_slug);
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
     perform pgflow._store_input_schema(flow_slug, shape);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
-      'differences', to_jsonb(v_differences));
+      'differences', to_jsonb(v_differences), 'deletedRuns', v_deleted_runs,
+      'summary', format('recompiled: %s run(s) deleted', v_deleted_runs));
   end if;
   return jsonb_build_object('status', 'mismatch', 'mismatchKind', v_kind,
     'differences', to_jsonb(v_differences));

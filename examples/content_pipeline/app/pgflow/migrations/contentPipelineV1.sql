@@ -91,6 +91,7 @@ begin
       using detail = v_result::text,
         hint = 'Flows are immutable: use a new flow slug for a new shape or queue mode.';
   end if;
-  raise notice 'flow % %', 'contentPipelineV1', v_result ->> 'status';
+  raise notice 'flow % %', 'contentPipelineV1',
+    coalesce(v_result ->> 'summary', v_result ->> 'status');
 end
 $pgflow$;

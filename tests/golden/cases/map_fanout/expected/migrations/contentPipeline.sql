@@ -86,6 +86,7 @@ begin
       using detail = v_result::text,
         hint = 'Flows are immutable: use a new flow slug for a new shape or queue mode.';
   end if;
-  raise notice 'flow % %', 'contentPipeline', v_result ->> 'status';
+  raise notice 'flow % %', 'contentPipeline',
+    coalesce(v_result ->> 'summary', v_result ->> 'status');
 end
 $pgflow$;

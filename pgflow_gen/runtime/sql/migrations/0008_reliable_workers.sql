@@ -1,4 +1,5 @@
--- Engine migration 0008: one liveness rule, and stall recovery that never takes a live claim.
+-- Engine migration 0008: one liveness rule, stall recovery that never takes a live claim, no
+-- message redelivered for ever, and options that follow the spec.
 --
 -- pgflow.worker_liveness() is the one place in SQL that spells the worker liveness rule
 -- (heartbeat every 5 s, live within 15 s, stalled after 30 s; pgflow.heartbeat_interval,
@@ -7,13 +8,22 @@
 -- requeue_stalled_tasks locks its candidates in one statement and re-checks them in the next, with
 -- a fresh snapshot: a task claimed a moment earlier by a worker that registered after the first
 -- statement began was requeued before. claim_tasks registers a worker again that is marked stopped
--- or silent for longer than live_within, so its claim is not taken the moment it is made. No table
--- changes; workers of any release run on it.
+-- or silent for longer than live_within, so its claim is not taken the moment it is made. Workers
+-- of any release run on it.
 --
 -- prune_data_older_than deletes the queued messages of the tasks it deletes; claim_tasks archives
 -- a message of its flow (and step) whose task no longer exists, with a warning naming them, so
 -- such a message is no longer redelivered after every lease. Other foreign messages are left
 -- alone as before.
+--
+-- ensure_flow_compiled applies a verified shape's options (retries, delays, timeouts: not part of
+-- the compared shape) through _apply_flow_options, listing them as "optionsUpdated", and says
+-- what a local recompile deleted ("deletedRuns"); "summary" says either for people.
+--
+-- step_tasks gets claimed_timeout, the timeout an attempt was claimed with: its lease, which the
+-- stall rule uses, so an attempt in flight keeps its timeout when the step's changes.
+
+alter table pgflow.step_tasks add column claimed_timeout int;
 
 -- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
 -- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
@@ -48,8 +58,8 @@ $$;
 
 -- The stall rule, read by requeue_stalled_tasks: the started tasks (of started runs and steps, not
 -- parked) whose worker is gone (marked stopped, or no heartbeat within the liveness rule's
--- stalled_after) or whose lease ran out (started longer ago than the step's effective timeout +
--- stalled_after: a live worker fails a task at its timeout). Takes no locks; sees the calling
+-- stalled_after) or whose lease ran out (started longer ago than the timeout it was claimed with
+-- + stalled_after: a live worker fails a task at its timeout). Takes no locks; sees the calling
 -- statement's snapshot.
 create function pgflow.find_stalled_tasks()
 returns table (run_id uuid, step_slug text, task_index int)
@@ -66,7 +76,8 @@ as $$
     join pgflow.flows as f on f.flow_slug = t.flow_slug
   where t.status = 'started' and t.permanently_stalled_at is null
     and (
-      t.started_at < clock_timestamp() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)) - l.stalled_after
+      t.started_at < clock_timestamp()
+        - make_interval(secs => coalesce(t.claimed_timeout, s.opt_timeout, f.opt_timeout)) - l.stalled_after
       or not exists (
         select 1 from pgflow.workers as w
         where w.worker_id = t.last_worker_id and w.stopped_at is null
@@ -252,7 +263,8 @@ begin
   claimed as (
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
-      started_at = clock_timestamp(), last_worker_id = claim_tasks.worker_id
+      started_at = clock_timestamp(), last_worker_id = claim_tasks.worker_id,
+      claimed_timeout = coalesce(s.opt_timeout, f.opt_timeout)
     from candidates as c, pgflow.steps as s, pgflow.flows as f
     where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
       and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
@@ -431,4 +443,189 @@ as $$
     and w.last_heartbeat_at > now() - queue_coverage.freshness
   group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
   order by s.flow_slug, s.step_index
+$$;
+
+-- Keeps a flow's options (retries, delays, timeouts) in step with the shape it was verified
+-- against: options are not part of the compared shape, so an edited spec changes them in place,
+-- with no recompile. A shape without "options" (a hand-written one) changes nothing; a step
+-- without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
+-- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
+-- claimed before keep the timeout of their claim. Called by ensure_flow_compiled under the
+-- flow's definition lock.
+create function pgflow._apply_flow_options(flow_slug text, shape jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_flow jsonb := shape -> 'options';
+  v_changes jsonb;
+begin
+  if v_flow is null or jsonb_typeof(v_flow) <> 'object' then
+    return '[]'::jsonb;
+  end if;
+
+  with wanted as (
+    -- The flow's options (an option the shape leaves out stays as it is), then every step's.
+    select null::text as step_slug, -1 as step_index, o.option, o.ord, o.current, coalesce(o.wanted, o.current) as wanted
+    from pgflow.flows as f,
+      unnest(
+        array['maxAttempts', 'baseDelay', 'timeout'],
+        array[f.opt_max_attempts, f.opt_base_delay, f.opt_timeout],
+        array[(v_flow ->> 'maxAttempts')::int, (v_flow ->> 'baseDelay')::int, (v_flow ->> 'timeout')::int]
+      ) with ordinality as o (option, current, wanted, ord)
+    where f.flow_slug = _apply_flow_options.flow_slug
+    union all
+    select s.step_slug, s.step_index, o.option, o.ord, o.current, o.wanted
+    from jsonb_array_elements(shape -> 'steps') as e (step)
+    join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug',
+      unnest(
+        array['maxAttempts', 'baseDelay', 'timeout', 'startDelay'],
+        array[s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay],
+        array[(e.step #>> '{options,maxAttempts}')::int, (e.step #>> '{options,baseDelay}')::int,
+              (e.step #>> '{options,timeout}')::int, (e.step #>> '{options,startDelay}')::int]
+      ) with ordinality as o (option, current, wanted, ord)
+  )
+  select jsonb_agg(jsonb_build_object('step', w.step_slug, 'option', w.option, 'from', w.current, 'to', w.wanted)
+      order by w.step_index, w.ord)
+  into v_changes
+  from wanted as w
+  where w.current is distinct from w.wanted;
+  if v_changes is null then
+    return '[]'::jsonb;
+  end if;
+
+  update pgflow.flows as f
+  set opt_max_attempts = coalesce((v_flow ->> 'maxAttempts')::int, f.opt_max_attempts),
+    opt_base_delay = coalesce((v_flow ->> 'baseDelay')::int, f.opt_base_delay),
+    opt_timeout = coalesce((v_flow ->> 'timeout')::int, f.opt_timeout)
+  where f.flow_slug = _apply_flow_options.flow_slug;
+  update pgflow.steps as s
+  set opt_max_attempts = (e.step #>> '{options,maxAttempts}')::int,
+    opt_base_delay = (e.step #>> '{options,baseDelay}')::int,
+    opt_timeout = (e.step #>> '{options,timeout}')::int,
+    opt_start_delay = (e.step #>> '{options,startDelay}')::int
+  from jsonb_array_elements(shape -> 'steps') as e (step)
+  where s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug';
+
+  perform pg_notify('pgflow_flows', jsonb_build_object(
+    'event', 'flow:options_updated', 'flow_slug', flow_slug, 'changes', v_changes
+  )::text);
+  return v_changes;
+end;
+$$;
+
+-- Startup compilation: creates a missing flow from its shape in its queue mode, verifies an
+-- existing one (shape, then queue mode and the persisted route of every step), and on a
+-- difference recompiles only in a local database (pgflow.local = on), else reports a mismatch of
+-- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
+-- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
+-- step mode). A shape's "inputSchema" is stored with the flow when it is compiled, recompiled
+-- or verified (not compared); its options are applied when it is verified (not compared either:
+-- "optionsUpdated" lists the changes). A result may carry a "summary" for people: what changed
+-- ("verified; options updated: ...", "recompiled: 6 run(s) deleted").
+-- Takes the flow's definition lock; any failure rolls back everything.
+create or replace function pgflow.ensure_flow_compiled(
+  flow_slug text,
+  shape jsonb,
+  queue_mode text default 'flow',
+  route_map jsonb default null
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_step_slugs text[];
+  v_queues text[];
+  v_derived jsonb;
+  v_persisted jsonb;
+  v_mode text;
+  v_twin text;
+  v_differences text[] := '{}';
+  v_routing text[] := '{}';
+  v_kind text;
+  v_options jsonb;
+  v_deleted_runs bigint;
+begin
+  perform pgflow._validate_flow_shape(shape);
+  v_step_slugs := array(select s.value ->> 'slug' from jsonb_array_elements(shape -> 'steps') as s);
+  select coalesce(array_agg(r.queue_name order by r.step_index), '{}'),
+    coalesce(jsonb_agg(jsonb_build_object('stepSlug', r.step_slug, 'queueName', r.queue_name) order by r.step_index), '[]')
+  into v_queues, v_derived
+  from pgflow.derive_queue_routes(flow_slug, v_step_slugs, queue_mode) as r;
+  perform pgflow._check_route_map(flow_slug, queue_mode, v_derived, route_map);
+
+  perform pgflow._lock_flow_definition(flow_slug);
+
+  select f.flow_slug into v_twin from pgflow.flows as f
+  where lower(f.flow_slug) = lower(ensure_flow_compiled.flow_slug) and f.flow_slug <> ensure_flow_compiled.flow_slug;
+  if v_twin is not null then
+    raise exception 'Flow "%" differs only in case from the existing flow "%".', flow_slug, v_twin
+      using errcode = '23505', detail = 'Flow slugs are unique ignoring case.',
+        hint = 'Use the existing spelling, or a different flow slug.';
+  end if;
+
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  if not found then
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
+    return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
+  end if;
+
+  v_differences := pgflow._compare_flow_shapes(
+    pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
+  );
+  if v_mode <> queue_mode then
+    v_routing := v_routing || format('Queue mode of flow "%s" differs: expected "%s", persisted "%s"',
+      flow_slug, queue_mode, v_mode);
+  end if;
+  -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
+  -- a different shape the steps do not line up, and the shape differences say enough.
+  v_persisted := pgflow._get_queue_routes(flow_slug);
+  if cardinality(v_differences) = 0 and v_persisted <> v_derived then
+    v_routing := v_routing || array(
+      select format('Route of step "%s" of flow "%s" differs: expected queue "%s", persisted "%s"',
+        e.value ->> 'stepSlug', flow_slug, e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
+      from jsonb_array_elements(v_derived) with ordinality as e
+      where e.value <> v_persisted -> (e.ordinality - 1)::int
+      order by e.ordinality
+    );
+  end if;
+  if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
+    perform pgflow._store_input_schema(flow_slug, shape);
+    v_options := pgflow._apply_flow_options(flow_slug, shape);
+    if jsonb_array_length(v_options) = 0 then
+      return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
+    end if;
+    return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb,
+      'optionsUpdated', v_options,
+      'summary', 'verified; options updated: ' || (
+        select string_agg(format('%s %s %s -> %s',
+            case when c ->> 'step' is null then 'flow' else format('step "%s"', c ->> 'step') end,
+            c ->> 'option', coalesce(c ->> 'from', 'the flow''s'), coalesce(c ->> 'to', 'the flow''s')),
+          ', ' order by o)
+        from jsonb_array_elements(v_options) with ordinality as x (c, o)
+      ));
+  end if;
+  v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
+  v_differences := v_differences || v_routing;
+
+  if coalesce(current_setting('pgflow.local', true), '') = 'on' then
+    -- The new queues must be free before the old definition goes (its own queues count as free).
+    perform pgflow._preflight_queue_names(flow_slug,
+      case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
+    select count(*) into v_deleted_runs from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;
+    perform pgflow.delete_flow_and_data(flow_slug);
+    perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    perform pgflow._store_input_schema(flow_slug, shape);
+    return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
+      'differences', to_jsonb(v_differences), 'deletedRuns', v_deleted_runs,
+      'summary', format('recompiled: %s run(s) deleted', v_deleted_runs));
+  end if;
+  return jsonb_build_object('status', 'mismatch', 'mismatchKind', v_kind,
+    'differences', to_jsonb(v_differences));
+end;
 $$;

@@ -1,0 +1,70 @@
+-- Keeps a flow's options (retries, delays, timeouts) in step with the shape it was verified
+-- against: options are not part of the compared shape, so an edited spec changes them in place,
+-- with no recompile. A shape without "options" (a hand-written one) changes nothing; a step
+-- without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
+-- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
+-- claimed before keep the timeout of their claim. Called by ensure_flow_compiled under the
+-- flow's definition lock.
+create function pgflow._apply_flow_options(flow_slug text, shape jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_flow jsonb := shape -> 'options';
+  v_changes jsonb;
+begin
+  if v_flow is null or jsonb_typeof(v_flow) <> 'object' then
+    return '[]'::jsonb;
+  end if;
+
+  with wanted as (
+    -- The flow's options (an option the shape leaves out stays as it is), then every step's.
+    select null::text as step_slug, -1 as step_index, o.option, o.ord, o.current, coalesce(o.wanted, o.current) as wanted
+    from pgflow.flows as f,
+      unnest(
+        array['maxAttempts', 'baseDelay', 'timeout'],
+        array[f.opt_max_attempts, f.opt_base_delay, f.opt_timeout],
+        array[(v_flow ->> 'maxAttempts')::int, (v_flow ->> 'baseDelay')::int, (v_flow ->> 'timeout')::int]
+      ) with ordinality as o (option, current, wanted, ord)
+    where f.flow_slug = _apply_flow_options.flow_slug
+    union all
+    select s.step_slug, s.step_index, o.option, o.ord, o.current, o.wanted
+    from jsonb_array_elements(shape -> 'steps') as e (step)
+    join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug',
+      unnest(
+        array['maxAttempts', 'baseDelay', 'timeout', 'startDelay'],
+        array[s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay],
+        array[(e.step #>> '{options,maxAttempts}')::int, (e.step #>> '{options,baseDelay}')::int,
+              (e.step #>> '{options,timeout}')::int, (e.step #>> '{options,startDelay}')::int]
+      ) with ordinality as o (option, current, wanted, ord)
+  )
+  select jsonb_agg(jsonb_build_object('step', w.step_slug, 'option', w.option, 'from', w.current, 'to', w.wanted)
+      order by w.step_index, w.ord)
+  into v_changes
+  from wanted as w
+  where w.current is distinct from w.wanted;
+  if v_changes is null then
+    return '[]'::jsonb;
+  end if;
+
+  update pgflow.flows as f
+  set opt_max_attempts = coalesce((v_flow ->> 'maxAttempts')::int, f.opt_max_attempts),
+    opt_base_delay = coalesce((v_flow ->> 'baseDelay')::int, f.opt_base_delay),
+    opt_timeout = coalesce((v_flow ->> 'timeout')::int, f.opt_timeout)
+  where f.flow_slug = _apply_flow_options.flow_slug;
+  update pgflow.steps as s
+  set opt_max_attempts = (e.step #>> '{options,maxAttempts}')::int,
+    opt_base_delay = (e.step #>> '{options,baseDelay}')::int,
+    opt_timeout = (e.step #>> '{options,timeout}')::int,
+    opt_start_delay = (e.step #>> '{options,startDelay}')::int
+  from jsonb_array_elements(shape -> 'steps') as e (step)
+  where s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug';
+
+  perform pg_notify('pgflow_flows', jsonb_build_object(
+    'event', 'flow:options_updated', 'flow_slug', flow_slug, 'changes', v_changes
+  )::text);
+  return v_changes;
+end;
+$$;
