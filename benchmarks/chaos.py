@@ -1,17 +1,22 @@
 """Chaos soak: a step-queued flow with a map step and a join (`chaosFlow`), one worker process per
 step, while a random step worker is SIGKILLed every 1-2 s (and restarted at once, as a process
 manager would) and PostgreSQL is crash-restarted (`pg_ctl stop -m immediate`); then everything
-drains. And a backlog run: RUNS runs queued with no worker, then the workers start.
+drains. A slow-database phase: nothing dies, but the workers' statements are cancelled at random
+(`pg_cancel_backend`), another session holds `for update` locks on started runs for longer than
+the stall threshold, and the workers' role has a low `statement_timeout`. And a backlog run: RUNS
+runs queued with no worker, then the workers start.
 
     .venv/bin/python benchmarks/chaos.py [--runs 200] [--chaos 30] [--crashes 2] [--repeat 2]
+    .venv/bin/python benchmarks/chaos.py --only slow [--runs 200] [--chaos 30]
     .venv/bin/python benchmarks/chaos.py --only backlog [--backlog 10000]
 
 Soak report: runs completed with the correct output (target: all), runs lost (not completed by
-the deadline; target: 0), handler executions and duplicates (at-least-once: executions beyond one
-per task, bounded by (kills + crashes) x max_concurrent), the time from the end of the chaos until
-every run finished, and the exit codes of the workers stopped with SIGTERM at the end (target: all
-0). Backlog report: time until every run completed and each worker's peak resident memory next to
-its memory right after startup.
+the deadline; target: 0), runs failed (no handler here ever fails, so a failed run was failed by
+the database; target: 0), handler executions and duplicates (at-least-once: executions beyond one
+per task, bounded by (kills + crashes) x max_concurrent: 0 in the slow-database phase), the time
+from the end of the chaos until every run finished, and the exit codes of the workers stopped
+with SIGTERM at the end (target: all 0). Backlog report: time until every run completed and each
+worker's peak resident memory next to its memory right after startup.
 
 Uses a fresh embedded PostgreSQL with the server's durable defaults (fsync on) in a temporary
 folder: the soak needs a server it may crash. Workers run from `benchmarks/project`.
@@ -30,12 +35,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
+from psycopg import conninfo, sql
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime import embedded, migrations
@@ -45,6 +52,12 @@ FLOW = "chaosFlow"
 STEPS = ("split", "square", "side", "join")
 MAX_CONCURRENT = 10
 MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / f"{FLOW}.sql"
+#: The slow-database phase: the workers' own role, its statement timeout, a fast liveness rule
+#: (so that a lock held for HOLD_S outlasts the stall threshold), and how long a lock is held.
+WORKER_ROLE = "pgflow_chaos_worker"
+WORKER_STATEMENT_TIMEOUT = "500ms"
+FAST_LIVENESS = {"heartbeat_interval": "0.5s", "live_within": "1.5s", "stalled_after": "3s"}
+HOLD_S = 4.0
 
 
 def expected_output(n: int, width: int) -> int:
@@ -67,7 +80,9 @@ def crashable_server() -> Iterator[embedded.EmbeddedServer]:
 class StepWorker:
     """One step's worker process; `restart` starts a new one after a kill."""
 
-    def __init__(self, step: str, url: str, logs: Path, marks: Path, work_s: float) -> None:
+    def __init__(
+        self, step: str, url: str, logs: Path, marks: Path, work_s: float, phase: str = "soak"
+    ) -> None:
         self.step = step
         self.url = url
         self.logs = logs
@@ -82,21 +97,26 @@ class StepWorker:
             "PYTHONUNBUFFERED": "1",
         }
         self.env.pop("DATABASE_URL", None)
+        self.phase = phase
         self.generation = 0
         self.proc = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.generation += 1
         module = f"app.pgflow.workers.chaos_flow.{self.step}"
-        with (self.logs / f"{self.step}.{self.generation}.log").open("wb") as log:
+        with self.log_path.open("wb") as log:
             # The child keeps its own descriptor of the log.
             return subprocess.Popen(
                 [sys.executable, "-m", module], cwd=PROJECT, env=self.env, stdout=log, stderr=log
             )
 
     @property
+    def log_path(self) -> Path:
+        return self.logs / f"{self.phase}.{self.step}.{self.generation}.log"
+
+    @property
     def log_text(self) -> str:
-        return (self.logs / f"{self.step}.{self.generation}.log").read_text(errors="replace")
+        return self.log_path.read_text(errors="replace")
 
     def wait_started(self, deadline: float = 60.0) -> None:
         end = time.monotonic() + deadline
@@ -131,6 +151,7 @@ class StepWorker:
 @dataclass
 class SoakReport:
     runs: int
+    phase: str = "soak"
     completed_correct: int = 0
     wrong_output: int = 0
     failed: int = 0
@@ -140,6 +161,8 @@ class SoakReport:
     duplicates: int = 0
     kills: int = 0
     crashes: int = 0
+    cancels: int = 0
+    lock_holds: int = 0
     drain_s: float = 0.0
     exit_codes: list[int] = field(default_factory=list)
 
@@ -147,13 +170,27 @@ class SoakReport:
     def duplicate_bound(self) -> int:
         return (self.kills + self.crashes) * MAX_CONCURRENT
 
+    @property
+    def ok(self) -> bool:
+        return (
+            self.lost == 0
+            and self.completed_correct == self.runs
+            and self.duplicates <= self.duplicate_bound
+            and set(self.exit_codes) == {0}
+        )
+
     def lines(self) -> list[str]:
+        trouble = (
+            f"statements cancelled {self.cancels}, run-row locks held {HOLD_S:g} s"
+            f" {self.lock_holds} times, statement_timeout {WORKER_STATEMENT_TIMEOUT}"
+            if self.phase == "slow database"
+            else f"kills {self.kills}, crash restarts {self.crashes}"
+        )
         return [
             f"runs {self.runs}: completed with the correct output {self.completed_correct},"
             f" wrong output {self.wrong_output}, failed {self.failed}, lost {self.lost}",
-            f"kills {self.kills}, crash restarts {self.crashes}; tasks {self.tasks}, handler"
-            f" executions {self.executions}, duplicates {self.duplicates}"
-            f" (bound {self.duplicate_bound})",
+            f"{trouble}; tasks {self.tasks}, handler executions {self.executions}, duplicates"
+            f" {self.duplicates} (bound {self.duplicate_bound})",
             f"drain after the chaos {self.drain_s:.1f} s; worker exit codes after SIGTERM"
             f" {self.exit_codes}",
         ]
@@ -203,20 +240,10 @@ def soak(
     drain_deadline_s: float = 300.0,
     logs: Path | None = None,
 ) -> SoakReport:
+    """Kills and crash restarts while runs start (see the module docstring)."""
     rng = random.Random(seed)
-    url = server.url()
-    logs = logs or Path(tempfile.mkdtemp(prefix="pgflow-chaos-logs-"))
-    marks = logs / "executions"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(MIGRATION.read_text())
-    workers = {step: StepWorker(step, url, logs, marks, work_s) for step in STEPS}
-    report = SoakReport(runs=runs)
-    try:
-        for worker in workers.values():
-            worker.wait_started()
-        inputs = [{"n": n, "width": width} for n in range(runs)]
-        starter = Starter(url, inputs, pace_s=chaos_s * 0.8 / max(runs, 1))
-        starter.start()
+
+    def chaos(report: SoakReport, workers: dict[str, StepWorker]) -> None:
         began = time.monotonic()
         crash_at = [began + chaos_s * (i + 1) / (crashes + 1) for i in range(crashes)]
         while time.monotonic() - began < chaos_s:
@@ -229,6 +256,123 @@ def soak(
             else:
                 workers[rng.choice(STEPS)].kill_and_restart()
                 report.kills += 1
+
+    return _soak(
+        server, SoakReport(runs=runs), chaos, server.url(), chaos_s=chaos_s, width=width,
+        work_s=work_s, drain_deadline_s=drain_deadline_s, logs=logs,
+    )  # fmt: skip
+
+
+def slow_database(
+    server: embedded.EmbeddedServer,
+    *,
+    runs: int = 200,
+    chaos_s: float = 30.0,
+    width: int = 3,
+    work_s: float = 0.05,
+    seed: int | None = None,
+    drain_deadline_s: float = 300.0,
+    logs: Path | None = None,
+) -> SoakReport:
+    """A database that misbehaves without dying (see the module docstring): statements
+    cancelled at random, run rows locked past the stall threshold, a low statement timeout."""
+    rng = random.Random(seed)
+    url = server.url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("create role {} login superuser").format(sql.Identifier(WORKER_ROLE)))
+        conn.execute(
+            sql.SQL("alter role {} set statement_timeout = {}").format(
+                sql.Identifier(WORKER_ROLE), sql.Literal(WORKER_STATEMENT_TIMEOUT)
+            )
+        )
+        for name, value in FAST_LIVENESS.items():
+            conn.execute(
+                sql.SQL("alter database {} set {} = {}").format(
+                    sql.Identifier(conn.info.dbname),
+                    sql.Identifier("pgflow", name),
+                    sql.Literal(value),
+                )
+            )
+    holders: list[threading.Thread] = []
+
+    def trouble(report: SoakReport, workers: dict[str, StepWorker]) -> None:
+        began = time.monotonic()
+        with psycopg.connect(url, autocommit=True) as conn:
+            while time.monotonic() - began < chaos_s:
+                time.sleep(rng.uniform(0.02, 0.1))
+                report.cancels += _cancel_a_worker_statement(conn, rng)
+                first = not holders and time.monotonic() - began > 1.0
+                if (first or rng.random() < 0.05) and not any(h.is_alive() for h in holders):
+                    holder = threading.Thread(target=_hold_run_rows, args=(url, rng.random()))
+                    holder.start()
+                    holders.append(holder)
+                    report.lock_holds += 1
+        for holder in holders:
+            holder.join()
+
+    return _soak(
+        server, SoakReport(runs=runs, phase="slow database"), trouble,
+        conninfo.make_conninfo(url, user=WORKER_ROLE), chaos_s=chaos_s, width=width,
+        work_s=work_s, drain_deadline_s=drain_deadline_s, logs=logs,
+    )  # fmt: skip
+
+
+def _cancel_a_worker_statement(conn: psycopg.Connection[Any], rng: random.Random) -> int:
+    """pg_cancel_backend on one worker backend running a statement now; 1 if one was."""
+    pids = [
+        row[0]
+        for row in conn.execute(
+            "select pid from pg_stat_activity where usename = %s and state = 'active'"
+            " and pid <> pg_backend_pid()",
+            (WORKER_ROLE,),
+        ).fetchall()
+    ]
+    if not pids:
+        return 0
+    row = conn.execute("select pg_cancel_backend(%s)", (rng.choice(pids),)).fetchone()
+    return 1 if row and row[0] else 0
+
+
+def _hold_run_rows(url: str, share: float) -> None:
+    """Lock a share of the started runs' rows `for update` for HOLD_S: their completions wait."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "select run_id from pgflow.runs where status = 'started' and random() < %s for update",
+            (share,),
+        )
+        time.sleep(HOLD_S)  # holding the locks is the point: a stalled session, not a wait
+        conn.rollback()
+
+
+def _soak(
+    server: embedded.EmbeddedServer,
+    report: SoakReport,
+    chaos: Callable[[SoakReport, dict[str, StepWorker]], None],
+    worker_url: str,
+    *,
+    chaos_s: float,
+    width: int,
+    work_s: float,
+    drain_deadline_s: float,
+    logs: Path | None,
+) -> SoakReport:
+    """Start the step workers, start runs while `chaos` runs, drain, and score."""
+    url = server.url()
+    logs = logs or Path(tempfile.mkdtemp(prefix="pgflow-chaos-logs-"))
+    marks = logs / f"{report.phase.replace(' ', '-')}.executions"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(MIGRATION.read_text())
+    workers = {
+        step: StepWorker(step, worker_url, logs, marks, work_s, report.phase.replace(" ", "-"))
+        for step in STEPS
+    }
+    try:
+        for worker in workers.values():
+            worker.wait_started()
+        inputs = [{"n": n, "width": width} for n in range(report.runs)]
+        starter = Starter(url, inputs, pace_s=chaos_s * 0.8 / max(report.runs, 1))
+        starter.start()
+        chaos(report, workers)
         chaos_end = time.monotonic()
         starter.join(timeout=drain_deadline_s)
         finished = _drain(url, list(starter.started), drain_deadline_s)
@@ -361,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--backlog", type=int, default=10_000)
-    parser.add_argument("--only", choices=("soak", "backlog"))
+    parser.add_argument("--only", choices=("soak", "slow", "backlog"))
     parser.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
     ok = True
@@ -375,8 +519,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"soak {repeat}:")
             for line in result.lines():
                 print(f"  {line}")
-            ok &= result.lost == 0 and result.completed_correct == result.runs
-            ok &= set(result.exit_codes) == {0}
+            ok &= result.ok
+    if args.only in (None, "slow"):
+        for repeat in range(1, args.repeat + 1):
+            with crashable_server() as server:
+                result = slow_database(server, runs=args.runs, chaos_s=args.chaos, seed=args.seed)
+            print(f"slow database {repeat}:")
+            for line in result.lines():
+                print(f"  {line}")
+            ok &= result.ok
     if args.only in (None, "backlog"):
         with crashable_server() as server:
             outcome = backlog(server, runs=args.backlog)

@@ -31,6 +31,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
+from benchmarks import output_check
 from pgflow_gen.runtime import embedded, migrations
 
 FLOW = "benchChain"
@@ -191,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(eng, raw, strict=True))
             print(f"           engine ratio per repeat: {ratios}", flush=True)
+            task_us = 1e6 / statistics.median(eng)
+    # What the worker's output check adds, next to the engine's time per task (last batch size).
+    for line in output_check.lines(task_us):
+        print(line, flush=True)
     return 0
 
 

@@ -456,6 +456,9 @@ def _step_definition(
     )
     if options:
         args.append(arg("options", layout.Group("StepOptions", "(", ")", options)))
+    if step.output is not None:
+        schema = step.output.model_dump(by_alias=True, exclude_unset=True, mode="json")
+        args.append(arg("output_schema", literals.value(schema)))
     return tuple(args)
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "HandlerTimeoutError",
     "InvalidRunInputError",
     "MigrationError",
+    "OutputValidationError",
     "PgflowError",
     "WorkerFailedError",
 ]
@@ -60,6 +61,14 @@ class InvalidRunInputError(PgflowError):
     """A run input that does not match the flow's input type or schema; nothing was written."""
 
     code = "invalid_run_input"
+
+
+class OutputValidationError(PgflowError):
+    """A handler returned an output that does not match its step's output type: the worker
+    failed that attempt (the task retries per its policy). Stored as the task's error; never
+    raised to callers."""
+
+    code = "invalid_step_output"
 
 
 class HandlerTimeoutError(PgflowError):

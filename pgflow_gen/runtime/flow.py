@@ -71,10 +71,13 @@ class Step:
     required_input_pattern: Mapping[str, Any] | None = None
     forbidden_input_pattern: Mapping[str, Any] | None = None
     options: StepOptions = field(default_factory=StepOptions)
+    #: The JSON Schema of what the handler returns (for a map step: of one task's output), from
+    #: the spec's `output`; workers check every output against it. None: any JSON. Not compiled.
+    output_schema: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dependencies", tuple(self.dependencies))
-        for name in ("required_input_pattern", "forbidden_input_pattern"):
+        for name in ("required_input_pattern", "forbidden_input_pattern", "output_schema"):
             pattern = getattr(self, name)
             if pattern is not None:
                 object.__setattr__(self, name, _frozen(pattern))

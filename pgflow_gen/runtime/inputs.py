@@ -1,4 +1,5 @@
-"""Checking a run input against the flow's input JSON Schema, the one its spec declares.
+"""Checking a run input against the flow's input JSON Schema, the one its spec declares (and,
+with the same messages, a handler's output against its step's output schema: `checker`).
 
 The generated module carries the schema (`Flow.input_schema`); compiling the flow stores it in
 `pgflow.flows.input_schema` (engine 0006), so `pgflow-gen start` checks an input without the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jsonschema
@@ -58,11 +59,25 @@ def check(flow_slug: str, schema: Mapping[str, Any], value: Any) -> None:
 def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """What is wrong with `value` for `schema`, one line per problem, by JSON path; [] when it
     fits. The schema is JSON Schema draft 2020-12 (what flow specs use)."""
+    return checker(schema)(value)
+
+
+def checker(schema: Mapping[str, Any]) -> Callable[[Any], list[str]]:
+    """`problems` for one schema, compiled once (a worker checks every output of a step).
+
+    >>> checker({"type": "object", "properties": {"total": {"type": "number"}}})({"total": "9"})
+    ['$.total: expected number, got string']
+    """
     validator = _Validator(schema)
-    # Sorted as written, `$.path: ...`, so that a missing property sorts by its own path.
-    return sorted(_describe(error) for error in _leaves(validator.iter_errors(value)))[
-        :MAX_PROBLEMS
-    ]
+
+    def check(value: Any) -> list[str]:
+        if validator.is_valid(value):
+            return []  # the common case, a quarter faster than collecting no errors
+        # Sorted as written, `$.path: ...`, so that a missing property sorts by its own path.
+        found = (_describe(error) for error in _leaves(validator.iter_errors(value)))
+        return sorted(found)[:MAX_PROBLEMS]
+
+    return check
 
 
 def _leaves(errors: Iterable[ValidationError]) -> Iterable[ValidationError]:

@@ -39,7 +39,9 @@ class Slots:
         database_url: str,
         prepare_threshold: int | None,
         logger: logging.Logger,
+        check_outputs: bool = True,
     ) -> None:
+        """`check_outputs` checks each output against its step's output type (off: any JSON)."""
         self.max_concurrent = max_concurrent
         self.handlers = handlers
         self.worker_id = worker_id
@@ -48,6 +50,7 @@ class Slots:
         self.prepare_threshold = prepare_threshold
         self.log = logger
         self.roots = startup.takes_run_input(flow)
+        self.output_checks = startup.output_checks(flow) if check_outputs else {}
         #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
         self.shutdown = threading.Event()
         #: Running handlers and their tasks.
@@ -96,6 +99,7 @@ class Slots:
                 prepare_threshold=self.prepare_threshold,
                 root=task.step_slug in self.roots,
                 on_abandoned=self._thread_abandoned,
+                check_output=self.output_checks.get(task.step_slug),
             )
         )
         self.inflight[running] = task

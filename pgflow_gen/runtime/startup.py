@@ -1,16 +1,18 @@
 """Compiling or verifying a flow in the database before anything runs it: what every worker
-does once at startup (and the testing kit before it runs a flow in process)."""
+does once at startup (and the testing kit before it runs a flow in process); and what a worker
+prepares from the flow once: which steps get the run input, and each step's output check."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgflow_gen import shape as shapes
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, queries
+from pgflow_gen.runtime import errors, inputs, queries
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import connection_lost, primary_message
 
@@ -89,6 +91,15 @@ async def compile_flow(
     # What a person needs to know: "verified", or what changed ("verified; options updated:
     # step \"fetch\" timeout 60 -> 30", "recompiled: 6 run(s) deleted") since engine 0008.
     return str(result.get("summary") or status)
+
+
+def output_checks(flow: Flow[Any, Any, Any]) -> dict[str, Callable[[Any], list[str]]]:
+    """For each step with an output type, what is wrong with an output of its handler."""
+    return {
+        step.slug: inputs.checker(shapes.plain(step.output_schema))
+        for step in flow.steps
+        if step.output_schema is not None
+    }
 
 
 def takes_run_input(flow: Flow[Any, Any, Any]) -> frozenset[str]:

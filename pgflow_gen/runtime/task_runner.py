@@ -82,9 +82,14 @@ async def run_task(
     prepare_threshold: int | None = 5,
     root: bool = False,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
+    check_output: Callable[[Any], list[str]] | None = None,
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error), except
     the cancellation of a worker that stops past its grace period.
+
+    `check_output` names what is wrong with an output for the step's output type (`$.total:
+    expected number, got string`); an output it finds fault with fails the attempt with an
+    OutputValidationError, as one that is not JSON does.
 
     A root single step (`root`) gets the run input; every other task its assembled `input`.
     The step's timeout (`task.timeout`, from the claim) is enforced: at the deadline an async
@@ -104,6 +109,7 @@ async def run_task(
             prepare_threshold=prepare_threshold,
             root=root,
             on_abandoned=on_abandoned,
+            check_output=check_output,
         )
     except Exception as exc:  # the machinery around the handler failed: still a report
         logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
@@ -123,6 +129,7 @@ async def _run_task(
     prepare_threshold: int | None,
     root: bool,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
+    check_output: Callable[[Any], list[str]] | None,
 ) -> Report:
     options: dict[str, Any] = {
         "autocommit": True,
@@ -206,7 +213,19 @@ async def _run_task(
     problem = _json_problem(result)
     if problem is not None:
         return Report(task, error=f"The handler's output is not JSON: {problem}.")
+    found = check_output(result) if check_output is not None else []
+    if found:
+        return Report(task, error=_invalid_output(task, found))
     return Report(task, output=result)
+
+
+def _invalid_output(task: ClaimedTask, found: list[str]) -> str:
+    more = f" ({len(found) - 1} more: {'; '.join(found[1:])})" if len(found) > 1 else ""
+    error = errors.OutputValidationError(
+        f'Step "{task.step_slug}" returned an output that does not match its type: {found[0]}'
+        f"{more}."
+    )
+    return f"{type(error).__name__}: {error.message}"
 
 
 class _Expired(Exception):

@@ -36,6 +36,8 @@ class Tuning:
     recovery_interval: float = 15.0
     #: Off behind a transaction-pooling PgBouncer before 1.21, which cannot keep them.
     prepared_statements: bool = True
+    #: Check every output against its step's output type (off: for outputs too large to check).
+    check_outputs: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,10 @@ _OPTIONS = (
         "prepared_statements", _flag, lambda v: True, "on or off",
         "prepare repeated statements, on or off; off behind a transaction-pooling PgBouncer"
         " (default: on)",
+    ),
+    _Option(
+        "check_outputs", _flag, lambda v: True, "on or off",
+        "check every handler output against its step's output type, on or off (default: on)",
     ),
 )  # fmt: skip
 

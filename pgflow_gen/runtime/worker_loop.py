@@ -92,6 +92,7 @@ class WorkerLoop:
             database_url=database_url,
             prepare_threshold=prepare,
             logger=logger,
+            check_outputs=tuning.check_outputs,
         )
         self._draining = False
         self._deadline = 0.0

@@ -114,6 +114,7 @@ class _Runner:
         self.handlers = handlers
         self.run_id = run_id
         self.roots = startup.takes_run_input(flow)
+        self.output_checks = startup.output_checks(flow)
         # Tasks run one at a time; more threads only so that a sync handler abandoned at its
         # timeout (its thread cannot be stopped) does not hold up the next task.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pgflow-test")
@@ -164,6 +165,7 @@ class _Runner:
                 logger=log.getChild(task.step_slug),
                 database_url=self.url,
                 root=task.step_slug in self.roots,
+                check_output=self.output_checks.get(task.step_slug),
             )
             if report.error is not None:
                 log.info(

@@ -34,3 +34,19 @@ def test_kills_and_a_crash_restart_lose_no_run(
     assert report.executions >= report.tasks, details  # every task ran
     assert report.duplicates <= report.duplicate_bound, details
     assert report.exit_codes == [0, 0, 0, 0], details
+
+
+def test_a_slow_database_fails_no_run_and_runs_no_handler_twice(
+    crashable: embedded.EmbeddedServer, tmp_path: Path
+) -> None:
+    report = chaos.slow_database(
+        crashable, runs=30, chaos_s=8.0, seed=5, drain_deadline_s=150.0, logs=tmp_path
+    )
+    details = "\n".join(report.lines())
+    assert report.cancels >= 1, details
+    assert report.lock_holds >= 1, details
+    assert report.lost == 0, details
+    assert report.failed == 0, details  # no run failed by the database
+    assert report.completed_correct == 30, details
+    assert report.duplicates == 0, details  # nothing died, so nothing ran twice
+    assert report.exit_codes == [0, 0, 0, 0], details

@@ -166,6 +166,30 @@ def test_a_step_timeout_fails_the_attempt(pgflow: FlowDatabase) -> None:
     assert time.monotonic() - began < 60  # cancelled, not waited for
 
 
+def test_an_output_of_the_wrong_type_fails_every_attempt(pgflow: FlowDatabase) -> None:
+    typed: Flow[str, None, Any] = Flow(
+        slug="kitOutputs",
+        options=FlowOptions(max_attempts=2),
+        steps=(
+            Step(
+                slug="total",
+                output_schema={"type": "object", "properties": {"total": {"type": "number"}}},
+            ),
+        ),
+    )
+
+    def total(flow_input: object, ctx: Context[object], /) -> dict[str, str]:
+        return {"total": "nine"}
+
+    run = pgflow.run_flow(typed, handlers={"total": total}, input=None)
+    assert run.status == "failed"
+    assert run.failure is not None
+    assert run.failure.describe() == (
+        'step "total" task 0, attempt 2: OutputValidationError: Step "total" returned an output'
+        " that does not match its type: $.total: expected number, got string."
+    )
+
+
 def test_wrong_handlers_and_a_wrong_input_start_nothing(pgflow: FlowDatabase) -> None:
     with pytest.raises(errors.ConfigError, match='missing "total"; unknown "totl"'):
         pgflow.run_flow(

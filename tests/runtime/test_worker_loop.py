@@ -188,3 +188,36 @@ def test_a_stale_result_is_logged_and_changes_nothing(caplog: pytest.LogCaptureF
     with caplog.at_level(logging.INFO, logger=LOG.name):
         asyncio.run(main())
     assert engine.results == {}
+
+
+@pytest.mark.parametrize("check_outputs", [True, False])
+def test_outputs_are_checked_against_their_type_unless_turned_off(check_outputs: bool) -> None:
+    typed: Flow[str, Any, Any] = Flow(
+        slug="fake", steps=(Step(slug="work", output_schema={"type": "string"}),)
+    )
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(1)
+    assignment = assignment_for(
+        with_step_queues(typed), step_slug="work", handler=lambda v, ctx, /: {"not": "a string"},
+        handlers=None,
+    )  # fmt: skip
+    tuning = Tuning(poll_interval=0.02, notifications=False, check_outputs=check_outputs)
+
+    async def main() -> None:
+        loop = worker_loop.WorkerLoop(
+            assignment, tuning, "postgresql://unused", LOG, connect=engine.connect
+        )
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.finished == 1, "the result")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    [result] = engine.results[1]
+    if check_outputs:
+        assert result == (
+            'OutputValidationError: Step "work" returned an output that does not match its type:'
+            " $: expected string, got object."
+        )
+    else:
+        assert result == {"not": "a string"}

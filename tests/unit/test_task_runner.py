@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pgflow_gen.runtime import inputs
 from pgflow_gen.runtime.task_runner import (
     MAX_ERROR_CHARS,
     MAX_SUMMARY_CHARS,
@@ -32,6 +33,7 @@ def run(
     *,
     root: bool,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
+    check_output: Callable[[Any], list[str]] | None = None,
 ) -> Report:
     async def main() -> Report:
         with ThreadPoolExecutor(max_workers=2) as executor:
@@ -45,6 +47,7 @@ def run(
                 database_url="postgresql://nowhere/never-opened",
                 root=root,
                 on_abandoned=on_abandoned,
+                check_output=check_output,
             )
 
     return asyncio.run(main())
@@ -232,3 +235,15 @@ def test_a_failure_around_the_handler_still_becomes_a_report(
     assert report.error is not None
     assert report.error.startswith("The worker could not run the handler: RuntimeError: no text")
     assert "running task" in caplog.text
+
+
+def test_an_output_that_does_not_match_its_type_fails_its_attempt() -> None:
+    schema = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["n"]}
+    check = inputs.checker(schema)
+    report = run(lambda value, ctx, /: {"total": "9"}, task(), root=True, check_output=check)
+    assert report.error == (
+        'OutputValidationError: Step "s" returned an output that does not match its type:'
+        " $.n: missing (required) (1 more: $.total: expected number, got string)."
+    )
+    good = run(lambda value, ctx, /: {"total": 9, "n": 1}, task(), root=True, check_output=check)
+    assert (good.error, good.output) == (None, {"total": 9, "n": 1})

@@ -143,14 +143,17 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="one",
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="two",
             dependencies=("one",),
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="three",
             dependencies=("two",),
+            output_schema={"type": "integer"},
         ),
     ),
 )

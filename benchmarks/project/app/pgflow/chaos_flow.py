@@ -173,18 +173,22 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="split",
+            output_schema={"type": "array", "items": {"type": "integer"}},
         ),
         Step(
             slug="square",
             step_type="map",
             dependencies=("split",),
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="side",
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="join",
             dependencies=("square", "side"),
+            output_schema={"type": "integer"},
         ),
     ),
 )

@@ -112,9 +112,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         Step(
             slug="slow",
             step_type="map",
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="fast",
+            output_schema={"type": "string"},
         ),
     ),
 )

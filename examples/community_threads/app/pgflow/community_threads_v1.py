@@ -183,16 +183,23 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="classify",
+            output_schema={
+                "type": "object",
+                "properties": {"route": {"enum": ["help", "spam", "other"]}},
+                "required": ["route"],
+            },
         ),
         Step(
             slug="deliverSlack",
             dependencies=("classify",),
             required_input_pattern={"classify": {"route": "help"}},
             options=StepOptions(max_attempts=5, timeout=30, start_delay=0),
+            output_schema={"type": "string"},
         ),
         Step(
             slug="listHelpers",
             dependencies=("classify",),
+            output_schema={"type": "array", "items": {"type": "string"}},
         ),
         Step(
             slug="thankHelpers",

@@ -156,16 +156,23 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         Step(
             slug="fetchPages",
             step_type="map",
+            output_schema={
+                "type": "object",
+                "properties": {"url": {"type": "string"}, "words": {"type": "integer"}},
+                "required": ["url", "words"],
+            },
         ),
         Step(
             slug="enrich",
             dependencies=("fetchPages",),
             when_exhausted="skip",
             options=StepOptions(max_attempts=2, base_delay=1),
+            output_schema={"type": "object", "additionalProperties": {"type": "number"}},
         ),
         Step(
             slug="summarize",
             dependencies=("fetchPages", "enrich"),
+            output_schema={"type": "string"},
         ),
     ),
 )

@@ -181,20 +181,31 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="pick",
+            output_schema={
+                "type": "object",
+                "properties": {
+                    "numbers": {"type": "array", "items": {"type": "integer"}},
+                    "big": {"type": "boolean"},
+                },
+                "required": ["numbers", "big"],
+            },
         ),
         Step(
             slug="numbers",
             dependencies=("pick",),
+            output_schema={"type": "array", "items": {"type": "integer"}},
         ),
         Step(
             slug="double",
             step_type="map",
             dependencies=("numbers",),
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="celebrate",
             dependencies=("pick",),
             required_input_pattern={"pick": {"big": True}},
+            output_schema={"type": "string"},
         ),
     ),
 )

@@ -116,10 +116,12 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="shout",
+            output_schema={"type": "string"},
         ),
         Step(
             slug="wrap_up",
             dependencies=("shout",),
+            output_schema={"type": "string"},
         ),
     ),
 )

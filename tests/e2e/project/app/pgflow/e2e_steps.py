@@ -151,13 +151,20 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="first",
+            output_schema={
+                "type": "object",
+                "properties": {"n": {"type": "integer"}},
+                "required": ["n"],
+            },
         ),
         Step(
             slug="second",
             dependencies=("first",),
+            output_schema={"type": "integer"},
         ),
         Step(
             slug="side",
+            output_schema={"type": "string"},
         ),
     ),
 )

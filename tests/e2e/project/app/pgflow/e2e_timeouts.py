@@ -113,9 +113,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="slowSync",
+            output_schema={"type": "string"},
         ),
         Step(
             slug="slowAsync",
+            output_schema={"type": "string"},
         ),
     ),
 )

@@ -134,6 +134,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         ),
         Step(
             slug="a10",
+            output_schema={"anyOf": [{"type": "null"}, {"type": "integer"}, {"type": "string"}]},
         ),
     ),
 )

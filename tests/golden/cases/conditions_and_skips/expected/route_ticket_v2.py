@@ -205,6 +205,14 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="classify",
+            output_schema={
+                "type": "object",
+                "properties": {
+                    "route": {"enum": ["billing", "bug", "other"]},
+                    "score": {"type": "number"},
+                },
+                "required": ["route"],
+            },
         ),
         Step(
             slug="billing",
@@ -215,6 +223,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             slug="escalate",
             when_unmet="skip-cascade",
             required_input_pattern={"vip": True},
+            output_schema={"type": "null"},
         ),
         Step(
             slug="pageOnCall",
@@ -225,6 +234,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             dependencies=("classify", "billing"),
             when_unmet="fail",
             forbidden_input_pattern={"classify": {"route": "bug"}},
+            output_schema={"const": "done"},
         ),
     ),
 )

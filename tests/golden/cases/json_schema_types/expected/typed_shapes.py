@@ -121,6 +121,18 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="store",
+            output_schema={
+                "type": "object",
+                "description": "Where the shape was stored.",
+                "properties": {
+                    "location": {
+                        "type": "object",
+                        "properties": {"bucket": {"type": "string"}},
+                        "required": ["bucket"],
+                    }
+                },
+                "required": ["location"],
+            },
         ),
     ),
 )

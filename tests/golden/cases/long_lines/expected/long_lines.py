@@ -239,6 +239,16 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="classify",
+            output_schema={
+                "type": "object",
+                "additionalProperties": {
+                    "anyOf": [
+                        {"type": "string"},
+                        {"type": "integer"},
+                        {"type": "array", "items": {"type": "string"}},
+                    ]
+                },
+            },
         ),
         Step(
             slug="deliverToEveryConfiguredChannel",

@@ -159,15 +159,22 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         Step(
             slug="load",
             step_type="map",
+            output_schema={"type": "array", "items": {"type": "integer"}},
         ),
         Step(
             slug="resize",
             step_type="map",
             dependencies=("load",),
+            output_schema={"type": "string"},
         ),
         Step(
             slug="report",
             dependencies=("resize",),
+            output_schema={
+                "type": "object",
+                "properties": {"count": {"type": "integer"}},
+                "required": ["count"],
+            },
         ),
     ),
 )

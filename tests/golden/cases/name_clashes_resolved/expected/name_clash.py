@@ -328,15 +328,29 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="input",
+            output_schema={
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "description": "   ",
+                    "properties": {"id": {"type": "string"}},
+                    "required": ["id"],
+                },
+            },
         ),
         Step(
             slug="each",
             step_type="map",
             dependencies=("input",),
+            output_schema={"type": "string"},
         ),
         Step(
             slug="class",
             dependencies=("input",),
+            output_schema={
+                "type": "object",
+                "properties": {"match": {"type": "string"}, "print": {"type": "integer"}},
+            },
         ),
         Step(
             slug="type",
@@ -352,6 +366,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         Step(
             slug="from",
             dependencies=("print", "match"),
+            output_schema={"type": "null"},
         ),
     ),
 )

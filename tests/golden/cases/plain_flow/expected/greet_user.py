@@ -120,10 +120,12 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="fullName",
+            output_schema={"type": "string"},
         ),
         Step(
             slug="greeting",
             dependencies=("fullName",),
+            output_schema={"type": "string"},
         ),
     ),
 )

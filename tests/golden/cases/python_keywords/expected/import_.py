@@ -132,6 +132,11 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     steps=(
         Step(
             slug="class",
+            output_schema={
+                "type": "object",
+                "properties": {"def": {"type": "integer"}},
+                "required": ["def"],
+            },
         ),
         Step(
             slug="lambda_step",

@@ -186,15 +186,32 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
         Step(
             slug="each",
             step_type="map",
+            output_schema={
+                "type": "object",
+                "properties": {"score": {"$ref": "#/$defs/Score"}},
+                "$defs": {"Score": {"type": "number"}},
+            },
         ),
         Step(
             slug="collect",
             dependencies=("each",),
+            output_schema={
+                "type": "array",
+                "items": {"$ref": "#/$defs/Row"},
+                "$defs": {
+                    "Row": {
+                        "type": "object",
+                        "properties": {"n": {"type": "integer"}},
+                        "required": ["n"],
+                    }
+                },
+            },
         ),
         Step(
             slug="perRow",
             step_type="map",
             dependencies=("collect",),
+            output_schema={"$defs": {"Total": {"type": "integer"}}, "$ref": "#/$defs/Total"},
         ),
     ),
 )
