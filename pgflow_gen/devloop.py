@@ -8,20 +8,26 @@ generated Procfile as a child process (see `supervisor`). Then it watches the pr
   new ones start, removed ones stop (each worker compiles its flow when it starts: on a local
   database a changed flow is recompiled, as always). A spec error is printed as `validate` prints
   it, and the running workers keep running;
-- a handler module changed: the workers whose steps it holds restart; any other Python file of
-  the project restarts every worker (it may be imported anywhere).
+- a Python file changed: the workers that imported it restart, together; each worker tells
+  which files it imported when it started (`PGFLOW_DEV_IMPORTS`, written by `start_worker`), so a
+  test or a script no worker imports restarts none (a worker that has not told yet restarts).
 
-Ctrl-C (or SIGTERM) stops every worker (they drain) and ends with status 0.
+A worker that crashes starts again after a pause (1 s, doubling up to 30 s while it keeps
+crashing). Ctrl-C (or SIGTERM) stops every worker (they drain), also in the middle of a restart,
+and ends with status 0.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -32,10 +38,11 @@ import watchfiles
 from pgflow_gen import naming
 from pgflow_gen import project as project_module
 from pgflow_gen import supervisor as supervisor_module
-from pgflow_gen.codegen import artifacts, checks
+from pgflow_gen.codegen import artifacts
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
+from pgflow_gen.runtime import worker as worker_module
 from pgflow_gen.spec import problems as problems_module
 
 #: How long stopping workers may drain before they are killed.
@@ -53,8 +60,6 @@ class Plan:
     commands: dict[str, str] = field(default_factory=dict)
     #: Procfile name -> a hash of its generated flow module and entry file.
     fingerprints: dict[str, str] = field(default_factory=dict)
-    #: Procfile name -> the handler modules of the steps it runs.
-    handler_modules: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class DevLoop:
         self.out = out or sys.stdout
         self.stopping = threading.Event()
         self.plan = Plan()
+        #: Where each worker writes the files it imported (see start_worker).
+        self.imports = Path(tempfile.mkdtemp(prefix="pgflow-dev-imports-"))
         self.supervisor = supervisor_module.Supervisor(
             cwd=str(settings.project),
             env=os.environ,
@@ -126,8 +133,9 @@ class DevLoop:
             for number, handler in previous.items():
                 signal.signal(number, handler)
             statuses = self.supervisor.stop_all(STOP_GRACE_S)
-            summary = ", ".join(f"{name} {status}" for name, status in statuses.items())
+            summary = ", ".join(f"{name} {status}" for name, status in sorted(statuses.items()))
             self._say(f"stopped ({summary or 'no workers'})")
+            shutil.rmtree(self.imports, ignore_errors=True)
         return 0
 
     # -- changes -------------------------------------------------------------------------------
@@ -149,38 +157,42 @@ class DevLoop:
 
     def _changed(self, paths: set[Path]) -> None:
         specs = [p for p in paths if p.suffix in (".yaml", ".yml") and self._is_spec(p)]
-        modules = {m for m in (self._module_of(p) for p in paths if p.suffix == ".py") if m}
-        restart: set[str] = set()
+        sources = {p for p in paths if p.suffix == ".py"}
         if specs:
             self._say(f"spec changed: {', '.join(sorted(self._show(p) for p in specs))}")
             plan = self._build()
             if plan is not None:
                 self._apply(plan)
-        if modules:
-            self._say(f"changed: {', '.join(sorted(modules))}")
-            restart = self._affected(modules)
-        for name in sorted(restart):
-            self._restart(name)
+        if sources and not self.stopping.is_set():
+            modules = sorted({m for m in map(self._module_of, sources) if m})
+            restart = self._affected(sources)
+            if restart:
+                self._say(f"changed: {', '.join(modules)}")
+                self._restart(sorted(restart))
+            else:
+                self._say(f"changed: {', '.join(modules)} (no worker imports it: none restarts)")
 
-    def _affected(self, modules: set[str]) -> set[str]:
-        """Workers to restart for changed modules: those whose handlers a module holds; every
-        one when a module is no handler module (it may be imported by any of them)."""
-        holders = {
-            name
-            for name, held in self.plan.handler_modules.items()
-            if modules & held or any(h.startswith(f"{m}.") for m in modules for h in held)
-        }
-        known = {m for held in self.plan.handler_modules.values() for m in held}
-        if modules - known:
-            return set(self.plan.commands)
-        return holders
+    def _affected(self, sources: set[Path]) -> set[str]:
+        """The workers that imported any of `sources` when they started, and those that have
+        not said yet what they imported."""
+        changed = {str(p.resolve()) for p in sources}
+        affected = set()
+        for name in self.supervisor.names:
+            try:
+                imported = set(json.loads((self.imports / f"{name}.json").read_text()))
+            except (OSError, ValueError):
+                affected.add(name)  # still starting (or it crashed before it said)
+                continue
+            if imported & changed:
+                affected.add(name)
+        return affected
 
     # -- building and applying a plan ------------------------------------------------------------
     def _build(self) -> Plan | None:
         settings = self.settings
         files = settings.spec_files()
         try:
-            loaded = build_module.load(files, project=settings.project)
+            build_module.load(files, project=settings.project)
             package = settings.package or build_module.package_for(settings.out, settings.project)
             generated = build_module.generate(files, package=package, project=settings.project)
         except problems_module.SpecErrors as exc:
@@ -196,24 +208,37 @@ class DevLoop:
             f"built {len(files)} spec(s): {len(outcome.written)} written,"
             f" {len(outcome.removed)} removed, {outcome.unchanged} unchanged"
         )
-        return _plan(generated, loaded)
+        return _plan(generated)
 
     def _apply(self, plan: Plan) -> None:
         """Stop removed workers, restart changed ones, start new ones."""
         old, self.plan = self.plan, plan
-        for name in old.commands:
-            if name not in plan.commands:
-                self.supervisor.stop(name, STOP_GRACE_S)
+        self.supervisor.stop_all(STOP_GRACE_S, [n for n in old.commands if n not in plan.commands])
+        changed = [
+            name
+            for name, command in plan.commands.items()
+            if name in old.commands
+            and (command, plan.fingerprints[name]) != (old.commands[name], old.fingerprints[name])
+        ]
+        self._restart(changed)
         for name, command in plan.commands.items():
-            if name not in old.commands:
-                self.supervisor.start(name, command)
-            elif (command, plan.fingerprints[name]) != (old.commands[name], old.fingerprints[name]):
-                self._restart(name)
+            if name not in old.commands and not self.stopping.is_set():
+                self._start(name, command)
 
-    def _restart(self, name: str) -> None:
-        if name in self.supervisor.names:
-            self.supervisor.stop(name, STOP_GRACE_S)
-        self.supervisor.start(name, self.plan.commands[name])
+    def _restart(self, names: list[str]) -> None:
+        """Restart `names` together (a Ctrl-C meanwhile stops the wave)."""
+        for name in names:
+            (self.imports / f"{name}.json").unlink(missing_ok=True)
+        self.supervisor.restart(
+            names, self.plan.commands, STOP_GRACE_S, self.stopping, env=self._worker_env
+        )
+
+    def _start(self, name: str, command: str) -> None:
+        (self.imports / f"{name}.json").unlink(missing_ok=True)
+        self.supervisor.start(name, command, self._worker_env(name))
+
+    def _worker_env(self, name: str) -> dict[str, str]:
+        return {worker_module.DEV_IMPORTS_VARIABLE: str(self.imports / f"{name}.json")}
 
     # -- helpers ---------------------------------------------------------------------------------
     def _in_project(self, path: Path) -> bool:
@@ -239,15 +264,8 @@ class DevLoop:
         self.supervisor.say(text)
 
 
-def _plan(generated: dict[str, str], loaded: Iterable[checks.LoadedSpec]) -> Plan:
+def _plan(generated: dict[str, str]) -> Plan:
     commands = project_module.procfile_commands(generated.get(artifacts.PROCFILE, ""))
-    handlers: dict[str, set[str]] = {}
-    for item in loaded:
-        spec = item.spec
-        for step in spec.steps:
-            worker = step.slug if spec.queue_mode == "step" else None
-            name = artifacts.process_name(spec.slug, worker)
-            handlers.setdefault(name, set()).add(step.handler.partition(":")[0])
     fingerprints = {}
     for name, command in commands.items():
         module = command.rsplit(" ", 1)[-1]  # package.workers.<flow module>.<entry>
@@ -256,11 +274,7 @@ def _plan(generated: dict[str, str], loaded: Iterable[checks.LoadedSpec]) -> Pla
         for path in (f"{flow_module}.py", f"workers/{flow_module}/{entry}.py"):
             digest.update(generated.get(path, "").encode())
         fingerprints[name] = digest.hexdigest()
-    return Plan(
-        commands=commands,
-        fingerprints=fingerprints,
-        handler_modules={name: frozenset(handlers.get(name, ())) for name in commands},
-    )
+    return Plan(commands=commands, fingerprints=fingerprints)
 
 
 def _inside(path: Path, folder: Path) -> bool:

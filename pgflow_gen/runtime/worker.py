@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -28,6 +29,10 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 Handler = Callable[..., Any]
+
+#: Set by `pgflow-gen dev`: the file a starting worker writes the paths of its imported modules
+#: to (JSON), so that dev restarts only the workers a changed file affects.
+DEV_IMPORTS_VARIABLE = "PGFLOW_DEV_IMPORTS"
 
 _started = threading.Lock()
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -181,10 +186,30 @@ def _run(
     try:
         url = database.resolve_url(url_override or database_url)
         database.check_url(url)
+        _report_imports(os.environ.get(DEV_IMPORTS_VARIABLE))
         worker = WorkerLoop(assignment, tuning, url, log)
         asyncio.run(worker.run(stopped_before))
     finally:
         _started.release()
+
+
+def _report_imports(path: str | None) -> None:
+    """Write the files of every module imported so far to `path` (for `pgflow-gen dev`)."""
+    if not path:
+        return
+    files = sorted(
+        {
+            os.path.realpath(file)
+            for module in list(sys.modules.values())
+            if isinstance(file := getattr(module, "__file__", None), str)
+        }
+    )
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as out:
+            json.dump(files, out)
+        os.replace(path + ".tmp", path)  # whole or not at all: dev may read it any time
+    except OSError as exc:
+        log.warning("could not write the imported modules to %s: %s", path, exc)
 
 
 def assignment_for(

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.e2e.harness import eventually
@@ -134,3 +135,105 @@ def test_dev_outside_a_project_says_what_it_needs(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[0] == (
         "error: pgflow-gen dev needs `specs` and `out` under [tool.pgflow-gen] in pyproject.toml."
     )
+
+
+SLEEPY_GREET = """
+import subprocess
+import time
+
+
+@Steps.greet
+def greet(flow_input: Input, ctx: Context[Input], /) -> str:
+    if flow_input["name"] == "Child":  # a handler with a child process of its own
+        subprocess.run(["sh", "-c", "sleep 4141 & wait"], check=False)
+    if flow_input["name"] == "Slow":  # a handler that keeps its worker draining
+        time.sleep(60)
+    return f"Hello, {flow_input['name']}"
+"""
+
+
+def sleepy(project: Path) -> None:
+    """Give the init project's greet handler the two slow cases above."""
+    handlers = project / "app" / "handlers.py"
+    text = handlers.read_text()
+    start = text.index("@Steps.greet")
+    end = text.index("@Steps.shout")
+    handlers.write_text(text[:start] + SLEEPY_GREET.lstrip() + "\n\n" + text[end:])
+
+
+def start_run(project: Path, url: str, name: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "pgflow-gen"), "start", "hello", "--input", f'{{"name": "{name}"}}',
+         "--database-url", url],
+        cwd=project, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def sleepers() -> list[int]:
+    """The processes `sleep 4141` (a handler's child) still running."""
+    found = subprocess.run(["pgrep", "-f", "sleep 4141"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def test_a_handlers_child_process_stops_with_its_worker(project: Path, db_url: str) -> None:
+    sleepy(project)
+    dev = Dev(project, db_url)
+    try:
+        dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
+        start_run(project, db_url, "Child")
+        eventually(sleepers, "the handler's child process")
+        dev.proc.send_signal(signal.SIGINT)
+        assert dev.proc.wait(timeout=60) == 0
+    finally:
+        dev.close()
+    assert sleepers() == []  # the whole process group was stopped
+    assert "did not stop in time" not in dev.log()  # it stopped within the grace period
+
+
+def test_ctrl_c_during_a_restart_wave_stops_it_at_once(project: Path, db_url: str) -> None:
+    sleepy(project)
+    dev = Dev(project, db_url)
+    try:
+        dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
+        start_run(project, db_url, "Slow")  # greet's worker now drains for long when stopped
+        eventually(lambda: "Slow" in _running_inputs(db_url), "the slow handler running")
+        handlers = project / "app" / "handlers.py"
+        handlers.write_text(handlers.read_text() + "\n# a change\n")
+        dev.wait_for(r"changed: app\.handlers")
+        dev.proc.send_signal(signal.SIGINT)
+        assert dev.proc.wait(timeout=60) == 0
+    finally:
+        dev.close()
+    log = dev.log()
+    wave = log[log.index("changed: app.handlers") :]
+    assert "started hello-" not in wave  # the wave was stopped: nothing started after the change
+    assert "stopped (" in wave
+
+
+def _running_inputs(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "select r.input::text from pgflow.step_tasks t join pgflow.runs r using (run_id)"
+            " where t.status = 'started'"
+        ).fetchall()
+    return " ".join(row[0] for row in rows)
+
+
+def test_a_change_no_worker_imports_restarts_nothing(project: Path, dev: Dev) -> None:
+    dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
+    before = dev.pids()
+    test_file = project / "tests" / "test_hello.py"
+    test_file.write_text(test_file.read_text() + "\n# a change\n")
+    dev.wait_for(r"changed: tests\.test_hello \(no worker imports it: none restarts\)")
+    assert dev.pids() == before
+    assert all(alive(pid) for pid in before.values())
+
+
+def test_a_crashed_worker_starts_again_after_a_pause(project: Path, dev: Dev) -> None:
+    dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
+    crashed = dev.pids()["hello-greet"]
+    os.kill(crashed, signal.SIGKILL)
+    dev.wait_for(r"hello-greet exited with status -9; starting it again in 1 s")
+    dev.wait_for(r"worker hello-greet started \(", count=2)
+    assert dev.pids()["hello-greet"] != crashed
