@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_loop
@@ -105,7 +106,6 @@ def test_results_kept_through_an_outage_hold_their_slots_and_are_sent_once() -> 
 
     asyncio.run(main())
     assert all(len(results) == 1 for results in engine.results.values())
-    assert engine.registrations >= 2  # registered again on the new results connection
 
 
 def test_deprecation_drains_the_worker_and_marks_it_stopped(
@@ -221,3 +221,23 @@ def test_outputs_are_checked_against_their_type_unless_turned_off(check_outputs:
         )
     else:
         assert result == {"not": "a string"}
+
+
+def test_a_worker_whose_row_is_gone_registers_again_at_its_heartbeat() -> None:
+    engine = FakeEngine("fake", "work")
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await asyncio.wait_for(loop.started.wait(), DEADLINE_S)
+        await until(lambda: engine.heartbeats > 0, "a heartbeat")
+        registered = engine.registrations
+        engine.explode["heartbeat"] = psycopg.errors.NoDataFound("Worker is not registered.")
+        await until(lambda: engine.registrations > registered, "a new registration")
+        del engine.explode["heartbeat"]
+        beats = engine.heartbeats
+        await until(lambda: engine.heartbeats > beats, "heartbeats again")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
