@@ -59,6 +59,12 @@ def register(commands: cli_parser.Commands) -> None:
     runs.add_argument("--limit", type=int, default=20, help="most runs listed")
     runs.set_defaults(handler=_runs)
 
+    flows = commands.add(
+        "flows", "list compiled flows, their steps and the options they run with", database=True
+    )
+    flows.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
+    flows.set_defaults(handler=_flows)
+
     workers = commands.add("workers", "list workers and their heartbeats", database=True)
     workers.add_argument("--all", action="store_true", help="include stopped workers")
     workers.set_defaults(handler=_workers)
@@ -338,6 +344,41 @@ def _runs(args: argparse.Namespace) -> int:
             for r in rows
         ],
         ["run", "flow", "status", "started", "ended", "failed step", "error"],
+        sys.stdout,
+    )  # fmt: skip
+    return EXIT_OK
+
+
+def _flows(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        if args.flow_slug is not None:
+            _require_flow(conn, args.flow_slug)
+        rows = conn.execute(
+            "select f.flow_slug, f.queue_mode, s.step_slug, s.step_type, s.queue_name,"
+            " s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay,"
+            " f.opt_max_attempts as flow_max_attempts, f.opt_base_delay as flow_base_delay,"
+            " f.opt_timeout as flow_timeout"
+            " from pgflow.flows as f join pgflow.steps as s using (flow_slug)"
+            " where %(flow)s::text is null or f.flow_slug = %(flow)s"
+            " order by f.flow_slug, s.step_index",
+            {"flow": args.flow_slug},
+        ).fetchall()
+
+    def option(step: Any, flow: Any) -> str:
+        # The value the step runs with; "(flow)" when it inherits the flow's.
+        return str(step) if step is not None else f"{flow} (flow)"
+
+    table(
+        [
+            (r["flow_slug"], r["queue_mode"], r["step_slug"], r["step_type"], r["queue_name"],
+             option(r["opt_max_attempts"], r["flow_max_attempts"]),
+             option(r["opt_base_delay"], r["flow_base_delay"]),
+             option(r["opt_timeout"], r["flow_timeout"]),
+             option(r["opt_start_delay"], 0))
+            for r in rows
+        ],
+        ["flow", "mode", "step", "type", "queue", "max attempts", "base delay", "timeout",
+         "start delay"],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK

@@ -223,6 +223,25 @@ def default_queue_name(flow_slug: str) -> str:
     return flow_slug.lower()
 
 
+def pgmq_table(queue_name: str, kind: Literal["q", "a"] = "q") -> str:
+    """The table PGMQ keeps a queue's messages in (`q`) or its archive (`a`), in schema `pgmq`.
+    The one place in Python that spells it; `pgflow.pgmq_table_name` is its SQL twin.
+
+    >>> pgmq_table("communityThreadsV1__classify"), pgmq_table("greetUser", "a")
+    ('q_communitythreadsv1__classify', 'a_greetuser')
+    """
+    return f"{kind}_{queue_name}".lower()
+
+
+def pgmq_insert_channel(queue_name: str) -> str:
+    """The channel PGMQ notifies on for each insert into a queue (once enabled for it).
+
+    >>> pgmq_insert_channel("greetUser")
+    'pgmq.q_greetuser.INSERT'
+    """
+    return f"pgmq.{pgmq_table(queue_name)}.INSERT"
+
+
 def route_map(routes: Sequence[Route]) -> list[dict[str, str]]:
     """Routes in the JSON form `pgflow.ensure_flow_compiled` takes, in step order."""
     return [{"stepSlug": r.step_slug, "queueName": r.queue_name} for r in routes]

@@ -8,6 +8,7 @@ import logging
 
 import psycopg
 
+from pgflow_gen import naming
 from pgflow_gen.runtime.links import Link
 from pgflow_gen.runtime.session import Connector, Session
 
@@ -17,7 +18,7 @@ LISTEN_CHECK_S = 60.0
 
 async def listen(connect: Connector, queue: str, wake: asyncio.Event, log: logging.Logger) -> None:
     """Set `wake` on every insert into `queue`, until cancelled."""
-    channel = f"pgmq.q_{queue}.INSERT"
+    channel = naming.pgmq_insert_channel(queue)
     link: Link[Session] = Link(connect, "notifications", log)
     try:
         while True:

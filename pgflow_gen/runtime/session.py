@@ -20,7 +20,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import queries, startup
+from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 from pgflow_gen.runtime.liveness import DEFAULT, Liveness
@@ -158,6 +158,14 @@ class PsycopgSession:
             cursor = await self.conn.execute(queries.WORKER_LIVENESS)
         except psycopg.errors.UndefinedFunction:
             return DEFAULT  # an engine before 0008: the rule it has is the default one
+        except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidDatetimeFormat) as exc:
+            raise errors.ConfigError(
+                "The database's worker liveness settings cannot be used.",
+                detail=exc.diag.message_primary,
+                hint=exc.diag.message_hint
+                or "pgflow.heartbeat_interval, pgflow.live_within and pgflow.stalled_after are"
+                " intervals, such as '30 s'.",
+            ) from None
         row = await cursor.fetchone()
         assert row is not None
         return Liveness(heartbeat_interval=row[0], live_within=row[1], stalled_after=row[2])

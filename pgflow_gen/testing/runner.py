@@ -185,7 +185,7 @@ class _Runner:
         for queue in queues:
             cursor = await self.conn.execute(
                 sql.SQL(queries.SHOW_WAITING_MESSAGES).format(
-                    sql.Identifier(f"q_{queue.name.lower()}")
+                    sql.Identifier(naming.pgmq_table(queue.name))
                 ),
                 (str(self.run_id),),
             )

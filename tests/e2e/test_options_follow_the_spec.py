@@ -65,6 +65,17 @@ def test_edited_options_are_applied_by_the_migration_and_enforced_by_the_worker(
         "opt_timeout": 4,
     }
 
+    shown = cli(project, db_url, "flows", "--flow", "e2eTimeouts").splitlines()
+    assert [line.split() for line in shown] == [
+        ["flow", "mode", "step", "type", "queue", "max", "attempts", "base", "delay", "timeout",
+         "start", "delay"],
+        ["-" * len(word) for word in shown[1].split()],
+        ["e2eTimeouts", "flow", "slowSync", "single", "e2etimeouts", "1", "(flow)", "2",
+         "(flow)", "6", "1"],
+        ["e2eTimeouts", "flow", "slowAsync", "single", "e2etimeouts", "1", "(flow)", "2",
+         "(flow)", "4", "(flow)", "0", "(flow)"],
+    ]  # fmt: skip
+
     worker = workers.start("e2e_timeouts", "worker", cwd=project).started()
     assert "flow e2eTimeouts verified" in worker.log()  # the options are already the spec's
     assert db.finished(before)["status"] == "completed"  # the run started before is kept

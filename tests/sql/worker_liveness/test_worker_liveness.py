@@ -10,7 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import liveness
+from pgflow_gen.runtime import errors, liveness
 from pgflow_gen.runtime.session import PsycopgSession
 from tests.engine import WORKER_ID, Engine
 
@@ -83,3 +83,26 @@ def test_a_stopped_or_silent_worker_that_claims_is_registered_again(engine: Engi
     )
     assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
     assert engine.task(task.run_id, "pay")["status"] == "started"
+
+
+@pytest.mark.parametrize(
+    ("settings", "detail"),
+    [
+        ({"stalled_after": "10s"}, "Inconsistent worker liveness settings"),
+        ({"live_within": "soon"}, 'invalid input syntax for type interval: "soon"'),
+    ],
+)
+def test_a_worker_on_unusable_liveness_settings_stops_with_a_config_error(
+    db_url: str, settings: dict[str, str], detail: str
+) -> None:
+    async def read() -> liveness.Liveness:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            for name, value in settings.items():
+                await conn.execute(f"set pgflow.{name} = '{value}'")
+            return await PsycopgSession(conn).liveness()
+
+    with pytest.raises(errors.ConfigError) as raised:
+        asyncio.run(read())
+    assert raised.value.message == "The database's worker liveness settings cannot be used."
+    assert raised.value.detail is not None
+    assert raised.value.detail.startswith(detail)

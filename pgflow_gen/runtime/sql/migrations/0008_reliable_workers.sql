@@ -22,8 +22,386 @@
 --
 -- step_tasks gets claimed_timeout, the timeout an attempt was claimed with: its lease, which the
 -- stall rule uses, so an attempt in flight keeps its timeout when the step's changes.
+--
+-- pgflow.pgmq_table_name is the one place in SQL that names a queue's PGMQ table ('q_' or 'a_'
+-- and the queue name, lower case); set_vt_batch, enqueue_step_tasks, claim_tasks, complete_tasks
+-- and prune_data_older_than call it (enqueue_step_tasks did not lower-case the name).
 
 alter table pgflow.step_tasks add column claimed_timeout int;
+
+-- The table PGMQ keeps a queue's messages in (kind 'q') or its archive (kind 'a'), in schema
+-- pgmq: lower(kind || '_' || queue_name), as PGMQ names them. The one place in SQL that spells
+-- it (pgflow_gen.naming.pgmq_table is its Python twin); every function that reaches a queue's
+-- table by name calls it. Pure.
+create function pgflow.pgmq_table_name(queue_name text, kind text default 'q')
+returns text
+language sql
+immutable
+parallel safe
+set search_path = ''
+return lower(kind || '_' || queue_name);
+
+-- Sets the visibility of several messages of one queue in one statement (PGMQ has no batched
+-- set_vt with per-message offsets). Unknown ids are ignored; callers compare the returned rows.
+-- Locks the PGMQ rows it updates: callers must already hold the matching step_tasks rows.
+create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets int[])
+returns table (msg_id bigint, vt timestamptz)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+  if cardinality(msg_ids) <> coalesce(cardinality(vt_offsets), 0) then
+    raise exception 'set_vt_batch: % message ids but % offsets',
+      cardinality(msg_ids), coalesce(cardinality(vt_offsets), 0);
+  end if;
+  return query execute format(
+    $q$
+      update pgmq.%I as q
+      set vt = clock_timestamp() + make_interval(secs => v.vt_offset)
+      from unnest($1, $2) as v (msg_id, vt_offset)
+      -- The redundant "= any" lets the planner use the queue's primary key instead of a scan.
+      where q.msg_id = v.msg_id and q.msg_id = any ($1)
+      returning q.msg_id, q.vt
+    $q$,
+    pgflow.pgmq_table_name(queue_name)
+  ) using msg_ids, vt_offsets;
+end;
+$$;
+
+-- Creates a started step's tasks: one message per task index in the step's queue, carrying only
+-- the task key, then the task rows that remember each message id (paired through RETURNING, never
+-- by row order). The queue table name is dynamic, so its statement is planned on every call and
+-- kept as simple as possible (a single-task step, the common case, inserts one row).
+create or replace function pgflow._enqueue_step_tasks(
+  run_id uuid,
+  flow_slug text,
+  step_slug text,
+  queue_name text,
+  task_count int,
+  delay_seconds int
+)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queue_table text := pgflow.pgmq_table_name(queue_name);
+  v_message_id bigint;
+  v_message_ids bigint[];
+  v_task_indexes int[];
+begin
+  if task_count = 1 then
+    execute format('insert into pgmq.%I (vt, message) values ($1, $2) returning msg_id', v_queue_table)
+    into v_message_id
+    using clock_timestamp() + make_interval(secs => delay_seconds),
+      jsonb_build_object('flow_slug', flow_slug, 'run_id', run_id, 'step_slug', step_slug, 'task_index', 0);
+    insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+    values (run_id, flow_slug, step_slug, 0, v_message_id, queue_name);
+    return;
+  end if;
+
+  execute format(
+    $q$
+      with sent as (
+        insert into pgmq.%I (vt, message)
+        select $1, jsonb_build_object('flow_slug', $2, 'run_id', $3, 'step_slug', $4, 'task_index', i)
+        from generate_series(0, $5 - 1) as i
+        returning msg_id, (message ->> 'task_index')::int as task_index
+      )
+      select array_agg(msg_id), array_agg(task_index) from sent
+    $q$,
+    v_queue_table
+  )
+  into v_message_ids, v_task_indexes
+  using clock_timestamp() + make_interval(secs => delay_seconds), flow_slug, run_id, step_slug, task_count;
+  insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+  select _enqueue_step_tasks.run_id, _enqueue_step_tasks.flow_slug, _enqueue_step_tasks.step_slug,
+    m.task_index, m.message_id, _enqueue_step_tasks.queue_name
+  from unnest(v_task_indexes, v_message_ids) as m (task_index, message_id);
+end;
+$$;
+
+-- Completes a batch of tasks in one call, as complete_task would one after another (a worker
+-- reports the results it collected together). Returns each task's row afterwards, in input order.
+--
+-- The common case is done set-based, a handful of statements for the whole batch: a started task
+-- of a single step whose children are all plain single steps (no condition, not a map). Its step
+-- completes, every child whose last dependency finished starts (one message insert per queue for
+-- the batch), the tasks' messages are archived (one call per queue), and runs with no step left
+-- complete. Every other task (a map task, a step with a conditional or map child, a late
+-- callback of a finished run) goes through complete_task, after the set-based ones, in input
+-- order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
+-- for a single task). `attempts` fences each result as complete_task's `attempt` does: a stale
+-- one changes nothing and its row comes back unchanged.
+--
+-- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
+-- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
+-- The rows locked are updated by their row ids (ctid; stable while we hold the lock), and the
+-- planner settings keep every plan index-driven: these tables grow from empty faster than
+-- autovacuum analyses them, and a sequential scan per batch would grow with them.
+create or replace function pgflow.complete_tasks(
+  run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[], attempts int[]
+)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = ''
+set enable_seqscan = off
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_count int := coalesce(cardinality(run_ids), 0);
+  v_batch record;
+  v_started record;
+  v_missing record;
+  v_queue text;
+  v_finished uuid[];
+  v_general int[];
+  v_attempts int[];
+  i int;
+begin
+  if coalesce(cardinality(step_slugs), 0) <> v_count or coalesce(cardinality(task_indexes), 0) <> v_count
+    or coalesce(cardinality(outputs), 0) <> v_count
+    or (attempts is not null and coalesce(cardinality(attempts), 0) <> v_count) then
+    raise exception 'complete_tasks needs arrays of one length (got % run ids, % step slugs, % task indexes, % outputs, % attempts).',
+      v_count, coalesce(cardinality(step_slugs), 0), coalesce(cardinality(task_indexes), 0),
+      coalesce(cardinality(outputs), 0), coalesce(cardinality(attempts), v_count)
+      using errcode = '22023';
+  end if;
+  if v_count = 0 then
+    return;
+  end if;
+  -- Elements are paired by position, and the general path indexes them from 1.
+  if array_ndims(run_ids) <> 1 or array_lower(run_ids, 1) <> 1
+    or array_ndims(step_slugs) <> 1 or array_lower(step_slugs, 1) <> 1
+    or array_ndims(task_indexes) <> 1 or array_lower(task_indexes, 1) <> 1
+    or array_ndims(outputs) <> 1 or array_lower(outputs, 1) <> 1
+    or (attempts is not null and (array_ndims(attempts) <> 1 or array_lower(attempts, 1) <> 1)) then
+    raise exception 'complete_tasks needs one-dimensional arrays that start at index 1.'
+      using errcode = '22023';
+  end if;
+  -- A null attempts array answers whichever attempts are current, as null elements do.
+  v_attempts := coalesce(attempts, array_fill(null::int, array[v_count]));
+  if v_count = 1 then
+    return query select * from pgflow.complete_task(run_ids[1], step_slugs[1], task_indexes[1], outputs[1],
+      v_attempts[1]);
+    return;
+  end if;
+
+  with locked as (
+    select u.ord, u.output, r.run_id, ss.flow_slug, ss.step_slug, t.task_index,
+      t.ctid as task_row, ss.ctid as state_row,
+      r.status = 'started' and ss.status = 'started' and t.status = 'started'
+        and (u.attempt is null or u.attempt = t.attempts_count) as live,
+      s.step_type = 'single' and not exists (
+        select 1 from pgflow.deps as d
+        join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+        where d.flow_slug = s.flow_slug and d.dep_slug = s.step_slug
+          and (c.step_type <> 'single' or c.required_input_pattern is not null
+            or c.forbidden_input_pattern is not null)
+      ) as plain
+    from unnest(run_ids, step_slugs, task_indexes, outputs, v_attempts) with ordinality
+      as u (run_id, step_slug, task_index, output, attempt, ord)
+    join pgflow.runs as r on r.run_id = u.run_id
+    join pgflow.step_states as ss on ss.run_id = u.run_id and ss.step_slug = u.step_slug
+    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    join pgflow.step_tasks as t
+      on t.run_id = u.run_id and t.step_slug = u.step_slug and t.task_index = u.task_index
+    order by r.run_id, ss.step_slug, t.task_index
+    for update of r, ss, t
+  )
+  select count(*) as found,
+    count(distinct (l.run_id, l.step_slug, l.task_index)) as distinct_found,
+    array_agg(l.ord order by l.ord) filter (where l.live and l.plain) as positions,
+    array_agg(l.run_id order by l.ord) filter (where l.live and l.plain) as run_ids,
+    array_agg(l.flow_slug order by l.ord) filter (where l.live and l.plain) as flow_slugs,
+    array_agg(l.step_slug order by l.ord) filter (where l.live and l.plain) as step_slugs,
+    array_agg(l.output order by l.ord) filter (where l.live and l.plain) as outputs,
+    array_agg(l.task_row order by l.ord) filter (where l.live and l.plain) as task_rows,
+    array_agg(l.state_row order by l.ord) filter (where l.live and l.plain) as state_rows,
+    array_agg(l.ord order by l.ord) filter (where l.live and not l.plain) as general
+  into v_batch
+  from locked as l;
+
+  -- GUARD: every task must exist; the error names the first missing one, as complete_task would.
+  if v_batch.found < v_count then
+    select u.run_id, u.step_slug, u.task_index into v_missing
+    from unnest(run_ids, step_slugs, task_indexes) with ordinality as u (run_id, step_slug, task_index, ord)
+    where not exists (
+      select 1 from pgflow.step_tasks as t
+      where t.run_id = u.run_id and t.step_slug = u.step_slug and t.task_index = u.task_index
+    )
+    order by u.ord
+    limit 1;
+    if not exists (select 1 from pgflow.runs as r where r.run_id = v_missing.run_id) then
+      raise exception 'Run % does not exist.', v_missing.run_id using errcode = 'P0002';
+    end if;
+    raise exception 'Task % of step "%" in run % does not exist.', v_missing.task_index,
+      v_missing.step_slug, v_missing.run_id using errcode = 'P0002';
+  end if;
+
+  -- GUARD: a task named twice is completed once, by the general path (the repeat is a late
+  -- callback there).
+  if v_batch.distinct_found < v_count then
+    v_general := array(select generate_series(1, v_count));
+  else
+    v_general := v_batch.general;
+  end if;
+
+  if v_batch.positions is not null and v_batch.distinct_found = v_count then
+    -- Tasks, their steps, the children's dependency counts (a child whose last dependencies
+    -- all finish in this batch starts once) and the runs' step counts, in one statement.
+    with fast as (
+      select f.*
+      from unnest(v_batch.positions, v_batch.run_ids, v_batch.flow_slugs, v_batch.step_slugs,
+        v_batch.outputs, v_batch.task_rows, v_batch.state_rows)
+        as f (position, run_id, flow_slug, step_slug, output, task_row, state_row)
+    ),
+    done as (
+      update pgflow.step_tasks as t
+      set status = 'completed', output = f.output, completed_at = clock_timestamp()
+      from fast as f
+      where t.ctid = any (v_batch.task_rows) and t.ctid = f.task_row
+      returning t.queue_name, t.message_id
+    ),
+    closed as (
+      update pgflow.step_states as ss
+      set status = 'completed', output = f.output, remaining_tasks = 0, completed_at = clock_timestamp()
+      from fast as f
+      where ss.ctid = any (v_batch.state_rows) and ss.ctid = f.state_row
+    ),
+    edges as (
+      -- last: the batch position of the child's last finishing parent (where its start belongs).
+      select f.run_id, d.step_slug, count(*)::int as finished, max(f.position) as last
+      from fast as f
+      join pgflow.deps as d on d.flow_slug = f.flow_slug and d.dep_slug = f.step_slug
+      group by f.run_id, d.step_slug
+    ),
+    children as (
+      update pgflow.step_states as c
+      set remaining_deps = c.remaining_deps - e.finished,
+        status = case when c.remaining_deps = e.finished then 'started' else c.status end,
+        started_at = case when c.remaining_deps = e.finished then clock_timestamp() else c.started_at end,
+        remaining_tasks = case when c.remaining_deps = e.finished then c.initial_tasks else c.remaining_tasks end
+      from edges as e
+      where c.run_id = e.run_id and c.step_slug = e.step_slug and c.status = 'created'
+      returning c.run_id, c.flow_slug, c.step_slug, c.remaining_deps, e.last
+    ),
+    counted as (
+      update pgflow.runs as r set remaining_steps = r.remaining_steps - n.finished
+      from (select f.run_id, count(*)::int as finished from fast as f group by f.run_id) as n
+      where r.run_id = n.run_id
+      returning r.run_id, r.remaining_steps
+    )
+    select array_agg(c.run_id order by c.run_id, s.step_index) as run_ids,
+      array_agg(c.flow_slug order by c.run_id, s.step_index) as flow_slugs,
+      array_agg(c.step_slug order by c.run_id, s.step_index) as step_slugs,
+      array_agg(s.queue_name order by c.run_id, s.step_index) as queue_names,
+      array_agg(coalesce(s.opt_start_delay, 0) order by c.run_id, s.step_index) as delays,
+      array_agg(c.last order by c.run_id, s.step_index) as positions,
+      array_agg(s.step_index order by c.run_id, s.step_index) as step_indexes,
+      (select array_agg(n.run_id) from counted as n where n.remaining_steps = 0) as finished_runs,
+      (select array_agg(d.queue_name order by d.message_id) from done as d) as done_queues,
+      (select array_agg(d.message_id order by d.message_id) from done as d) as done_messages
+    into v_started
+    from children as c
+    join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+    where c.remaining_deps = 0;
+
+    -- One message per started child (a single step has one task), one insert per queue; the
+    -- task rows are paired with their messages by the task key the message carries.
+    for v_queue in select distinct q.name from unnest(v_started.queue_names) as q (name) order by 1 loop
+      execute format(
+        $q$
+          with sent as (
+            insert into pgmq.%I (vt, message)
+            select clock_timestamp() + make_interval(secs => x.delay),
+              jsonb_build_object('flow_slug', x.flow_slug, 'run_id', x.run_id, 'step_slug', x.step_slug, 'task_index', 0)
+            from unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[])
+              as x (run_id, flow_slug, step_slug, delay, queue_name)
+            where x.queue_name = $6
+            returning msg_id, message
+          )
+          insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+          select (s.message ->> 'run_id')::uuid, s.message ->> 'flow_slug', s.message ->> 'step_slug', 0,
+            s.msg_id, $6
+          from sent as s
+        $q$,
+        pgflow.pgmq_table_name(v_queue)
+      )
+      using v_started.run_ids, v_started.flow_slugs, v_started.step_slugs, v_started.delays,
+        v_started.queue_names, v_queue;
+    end loop;
+
+    -- The completed tasks' messages are archived at once, one call per queue (a single task's
+    -- completion leaves its message to the next claim's batch, see pgflow.archivable_messages).
+    for v_queue in select distinct q.name from unnest(v_started.done_queues) as q (name) order by 1 loop
+      perform pgmq.archive(v_queue, array(
+        select m.message_id from unnest(v_started.done_queues, v_started.done_messages) as m (queue_name, message_id)
+        where m.queue_name = v_queue));
+    end loop;
+
+    -- The events pgflow._emit_event would send, in one statement, and on each run's channel in
+    -- the order completing these tasks one by one would send them: a completion, then the
+    -- starts it caused.
+    perform pg_notify(
+      'pgflow_run_' || replace(e.run_id::text, '-', ''),
+      json_build_object('event', e.event, 'run_id', e.run_id, 'step_slug', e.step_slug, 'status', e.status)::text
+    )
+    from (
+      select f.position, 1 as phase, 0 as step_index, f.run_id, 'step:completed' as event, f.step_slug,
+        'completed' as status
+      from unnest(v_batch.positions, v_batch.run_ids, v_batch.step_slugs) as f (position, run_id, step_slug)
+      union all
+      select c.position, 2, c.step_index, c.run_id, 'step:started', c.step_slug, 'started'
+      from unnest(v_started.positions, v_started.step_indexes, v_started.run_ids, v_started.step_slugs)
+        as c (position, step_index, run_id, step_slug)
+    ) as e
+    order by e.position, e.phase, e.step_index;
+
+    -- Runs with no step left complete, as pgflow._maybe_complete_run does for one.
+    if v_started.finished_runs is not null then
+      with finished as (
+        update pgflow.runs as r
+        set status = 'completed', completed_at = clock_timestamp(), output = (
+          select jsonb_object_agg(ss.step_slug, ss.output)
+          from pgflow.step_states as ss
+          where ss.run_id = r.run_id and ss.status = 'completed'
+            and not exists (
+              select 1 from pgflow.deps as d where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug
+            )
+        )
+        where r.run_id = any (v_started.finished_runs) and r.status = 'started' and r.remaining_steps = 0
+        returning r.run_id
+      )
+      select array_agg(f.run_id order by f.run_id) into v_finished from finished as f;
+      perform pg_notify(
+        'pgflow_run_' || replace(f.run_id::text, '-', ''),
+        json_build_object('event', 'run:completed', 'run_id', f.run_id, 'step_slug', null, 'status', 'completed')::text
+      )
+      from unnest(v_finished) as f (run_id);
+    end if;
+  end if;
+
+  if v_general is not null then
+    foreach i in array v_general loop
+      perform pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i], outputs[i], v_attempts[i]);
+    end loop;
+  end if;
+
+  return query
+  select t.*
+  from unnest(run_ids, step_slugs, task_indexes) with ordinality as u (run_id, step_slug, task_index, ord)
+  join pgflow.step_tasks as t
+    on t.run_id = u.run_id and t.step_slug = u.step_slug and t.task_index = u.task_index
+  order by u.ord;
+end;
+$$;
 
 -- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
 -- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
@@ -289,7 +667,7 @@ begin
           and t.step_slug = q.message ->> 'step_slug'
           and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
       )
-    $sql$, 'q_' || v_queue)
+    $sql$, pgflow.pgmq_table_name(v_queue))
   into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), claim_tasks.flow_slug, claim_tasks.step_slug;
   if v_orphans is not null then
     perform pgmq.archive(v_queue, v_orphans);
@@ -387,7 +765,7 @@ begin
     select array_agg(g.queue_name), array_agg(g.message_id) into v_queues, v_messages
     from gone as g where g.message_id is not null;
     for v_queue in select distinct q from unnest(v_queues) as q loop
-      continue when to_regclass(format('pgmq.%I', 'q_' || v_queue)) is null;
+      continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue))) is null;
       perform pgmq.delete(v_queue, array(
         select x.m from unnest(v_queues, v_messages) as x (q, m) where x.q = v_queue
       ));
@@ -404,8 +782,9 @@ begin
     union
     select pgflow.default_queue_name(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
   loop
-    continue when to_regclass(format('pgmq.%I', 'a_' || v_queue)) is null;
-    execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
+    continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue, 'a'))) is null;
+    execute format('delete from pgmq.%I where archived_at < $1', pgflow.pgmq_table_name(v_queue, 'a'))
+      using v_cutoff;
     get diagnostics v_count = row_count;
     v_archived := v_archived + v_count;
   end loop;

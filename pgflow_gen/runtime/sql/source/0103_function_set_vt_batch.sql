@@ -24,7 +24,7 @@ begin
       where q.msg_id = v.msg_id and q.msg_id = any ($1)
       returning q.msg_id, q.vt
     $q$,
-    'q_' || lower(queue_name)
+    pgflow.pgmq_table_name(queue_name)
   ) using msg_ids, vt_offsets;
 end;
 $$;

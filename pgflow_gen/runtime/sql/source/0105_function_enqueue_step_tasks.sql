@@ -16,7 +16,7 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_queue_table text := 'q_' || queue_name;
+  v_queue_table text := pgflow.pgmq_table_name(queue_name);
   v_message_id bigint;
   v_message_ids bigint[];
   v_task_indexes int[];

@@ -125,7 +125,7 @@ begin
           and t.step_slug = q.message ->> 'step_slug'
           and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
       )
-    $sql$, 'q_' || v_queue)
+    $sql$, pgflow.pgmq_table_name(v_queue))
   into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), claim_tasks.flow_slug, claim_tasks.step_slug;
   if v_orphans is not null then
     perform pgmq.archive(v_queue, v_orphans);

@@ -204,7 +204,7 @@ begin
             s.msg_id, $6
           from sent as s
         $q$,
-        'q_' || v_queue
+        pgflow.pgmq_table_name(v_queue)
       )
       using v_started.run_ids, v_started.flow_slugs, v_started.step_slugs, v_started.delays,
         v_started.queue_names, v_queue;

@@ -47,7 +47,7 @@ begin
     select array_agg(g.queue_name), array_agg(g.message_id) into v_queues, v_messages
     from gone as g where g.message_id is not null;
     for v_queue in select distinct q from unnest(v_queues) as q loop
-      continue when to_regclass(format('pgmq.%I', 'q_' || v_queue)) is null;
+      continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue))) is null;
       perform pgmq.delete(v_queue, array(
         select x.m from unnest(v_queues, v_messages) as x (q, m) where x.q = v_queue
       ));
@@ -64,8 +64,9 @@ begin
     union
     select pgflow.default_queue_name(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
   loop
-    continue when to_regclass(format('pgmq.%I', 'a_' || v_queue)) is null;
-    execute format('delete from pgmq.%I where archived_at < $1', 'a_' || v_queue) using v_cutoff;
+    continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue, 'a'))) is null;
+    execute format('delete from pgmq.%I where archived_at < $1', pgflow.pgmq_table_name(v_queue, 'a'))
+      using v_cutoff;
     get diagnostics v_count = row_count;
     v_archived := v_archived + v_count;
   end loop;
