@@ -1,6 +1,8 @@
 """The heartbeat: tells the engine every few seconds that the worker is alive, on a connection of
 its own, so results held up by a busy lock or a slow stall-recovery sweep never make a live
-worker look stalled. An operator's deprecation, read from its answer, makes the worker drain."""
+worker look stalled; and while results wait to be sent, it renews their tasks' leases, so stall
+recovery does not run them again past their timeout. An operator's deprecation, read from its
+answer, makes the worker drain."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import psycopg
 from pgflow_gen.runtime.links import Link, primary_message
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.task_runner import ClaimedTask
 
 
 class Heartbeat:
@@ -27,8 +30,10 @@ class Heartbeat:
         logger: logging.Logger,
         draining: Callable[[], bool],
         begin_drain: Callable[[str], None],
+        held: Callable[[], list[ClaimedTask]] = list,
     ) -> None:
-        """`link` registers the worker again on every new connection (its row may be gone)."""
+        """`link` registers the worker again on every new connection (its row may be gone);
+        `held` names the tasks whose results wait to be sent."""
         self.link = link
         self.worker_id = worker_id
         self.name = name
@@ -36,6 +41,7 @@ class Heartbeat:
         self.log = logger
         self.draining = draining
         self.begin_drain = begin_drain
+        self.held = held
         #: Heartbeats the engine has taken (the tests watch it).
         self.beats = 0
 
@@ -49,6 +55,7 @@ class Heartbeat:
                 continue
             try:
                 deprecated = await session.heartbeat(self.worker_id)
+                await session.renew_leases(self.worker_id, self.held())
             except psycopg.errors.NoDataFound:
                 # Our row was pruned (a long outage): a new connection registers again.
                 await self.link.close()

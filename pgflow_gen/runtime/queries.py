@@ -68,6 +68,11 @@ HEARTBEAT: Final[LiteralString] = "select pgflow.heartbeat_worker(%s)"
 LIMIT_TRANSACTION: Final[LiteralString] = (
     "select set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)"
 )
+#: Keep the leases of tasks whose results wait to be sent: (worker id, run ids, steps, task
+#: indexes, attempts) -> how many were renewed.
+RENEW_LEASES: Final[LiteralString] = (
+    "select pgflow.renew_task_leases(%s, %s::uuid[], %s::text[], %s::int[], %s::int[])"
+)
 #: Requeue stalled tasks when no other worker is doing it: (namespace, key) -> count or NULL.
 REQUEUE_STALLED: Final[LiteralString] = (
     "select case when pg_try_advisory_xact_lock(%s, %s) then pgflow.requeue_stalled_tasks() end"

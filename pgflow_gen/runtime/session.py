@@ -92,6 +92,11 @@ class Session(Protocol):
         """Whether the worker was deprecated; raises NoDataFound when its row is gone."""
         ...
 
+    async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
+        """Keep the leases of `tasks` (results not sent yet), so stall recovery leaves them
+        alone; how many were renewed (0 on an engine before 0008, which has no leases)."""
+        ...
+
     async def requeue_stalled(self, timeout_s: float) -> int:
         """Requeue stalled tasks unless another worker is doing it (then 0); the sweep is
         cancelled (QueryCanceled) after `timeout_s` seconds or a lock wait of a second."""
@@ -235,6 +240,25 @@ class PsycopgSession:
 
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
         return await self._true(queries.HEARTBEAT, (worker_id,))
+
+    async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
+        if not tasks:
+            return 0
+        try:
+            cursor = await self.conn.execute(
+                queries.RENEW_LEASES,
+                (
+                    worker_id,
+                    [t.run_id for t in tasks],
+                    [t.step_slug for t in tasks],
+                    [t.task_index for t in tasks],
+                    [t.attempt for t in tasks],
+                ),
+            )
+        except psycopg.errors.UndefinedFunction:
+            return 0  # an engine before 0008 counts leases from the claim only
+        row = await cursor.fetchone()
+        return int(row[0]) if row and row[0] else 0
 
     async def requeue_stalled(self, timeout_s: float) -> int:
         async with self.conn.transaction():

@@ -74,6 +74,10 @@ class Slots:
         stuck), and so do threads abandoned past their timeout."""
         return self.max_concurrent - len(self.inflight) - len(self.reports) - len(self.abandoned)
 
+    def unsent(self) -> list[ClaimedTask]:
+        """The tasks whose handlers finished and whose results wait to be sent."""
+        return [report.task for report in self.reports]
+
     def own_message_ids(self) -> set[int]:
         """Messages of tasks still ours (running, or their result unsent); forgets the lease
         deadlines of the others."""

@@ -181,6 +181,7 @@ class WorkerLoop:
             logger=self.log,
             draining=lambda: self._draining,
             begin_drain=self.begin_drain,
+            held=self.slots.unsent,
         )
         crew = Supervisor(self.name, self.log, self.begin_drain)
         async with asyncio.TaskGroup() as group:

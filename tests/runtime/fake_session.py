@@ -57,6 +57,8 @@ class FakeEngine:
     explode: dict[str, BaseException] = field(default_factory=dict)
     #: While set to an unset event, results wait for it (a lock held on the rows they need).
     results_gate: asyncio.Event | None = None
+    #: The message ids of every lease renewal, in order.
+    renewed: list[int] = field(default_factory=list)
     #: Every session opened, in order.
     sessions: list[FakeSession] = field(default_factory=list)
     _next_id: int = 1
@@ -196,6 +198,11 @@ class FakeSession:
         engine = self._call()
         engine.heartbeats += 1
         return engine.deprecated
+
+    async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
+        engine = self._call()
+        engine.renewed.extend(task.msg_id for task in tasks)
+        return len(tasks)
 
     async def requeue_stalled(self, timeout_s: float) -> int:
         self._call()

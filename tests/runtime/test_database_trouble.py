@@ -17,7 +17,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgflow_gen.runtime import Client, Context, Flow, Step, Worker, with_step_queues
+from pgflow_gen.runtime import (
+    Client,
+    Context,
+    Flow,
+    FlowOptions,
+    Step,
+    Worker,
+    with_step_queues,
+)
 
 FLOW: Flow[str, dict[str, int], Any] = Flow(slug="trouble", steps=(Step(slug="work"),))
 QUEUED = with_step_queues(FLOW)
@@ -220,3 +228,39 @@ def test_a_message_whose_run_was_deleted_is_archived_once_and_logged(
         assert conn.execute("select msg_id from pgmq.a_trouble__work").fetchall() == [(msg_id,)]
     assert "unclaimed" not in caplog.text
     assert gates.calls == []
+
+
+def test_a_result_that_waits_on_a_lock_past_its_timeout_keeps_its_lease(db_url: str) -> None:
+    # The lease: the step's timeout (3 s) + stalled_after (1 s); the lock is held for 6 s.
+    set_database(
+        db_url,
+        pgflow__heartbeat_interval="0.2s",
+        pgflow__live_within="0.5s",
+        pgflow__stalled_after="1s",
+    )
+    quick: Flow[str, dict[str, int], Any] = Flow(
+        slug="trouble", options=FlowOptions(timeout=3), steps=(Step(slug="work"),)
+    )
+    gates = Gates()
+    client = Client(db_url)
+
+    def body() -> None:
+        run_id = client.start_flow(with_step_queues(quick), {"n": 4}).run_id
+        eventually(lambda: gates.running(4), "the handler")
+        with run_row_locked(db_url, run_id), psycopg.connect(db_url, autocommit=True) as sweeper:
+            gates.gate(4).set()  # the result now waits for the lock
+            held_until = time.monotonic() + 6.0  # past the 4 s lease
+            while time.monotonic() < held_until:
+                assert sweeper.execute("select pgflow.requeue_stalled_tasks()").fetchone() == (0,)
+                time.sleep(0.1)
+        eventually(lambda: completed_once(db_url, run_id, 4), "the task completed")
+
+    async def main() -> None:
+        async with Worker(
+            with_step_queues(quick), step_slug="work", handler=gates.handler, database_url=db_url,
+            poll_interval=0.1,
+        ):  # fmt: skip
+            await asyncio.to_thread(body)
+
+    asyncio.run(main())
+    assert gates.calls == [4]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from tests.engine import Engine
+import uuid
+
+from tests.engine import WORKER_ID, Engine
 
 
 def stalled_flow(engine: Engine) -> None:
@@ -144,3 +146,34 @@ def test_never_takes_a_task_a_live_worker_runs_within_its_timeout(engine: Engine
     )
     assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
     assert {t["status"] for t in engine.all("select status from pgflow.step_tasks")} == {"started"}
+
+
+def test_a_renewed_lease_keeps_a_task_whose_result_waits(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    tasks = {task.step_slug: task for task in engine.poll("stall")}
+    engine.backdate_started(run_id, "slow", 41)  # past its timeout 10 s + 30 s
+    slow = tasks["slow"]
+    renewed = engine.value(
+        "select pgflow.renew_task_leases(%s, %s, %s, %s, %s)",
+        WORKER_ID, [run_id], ["slow"], [0], [slow.attempt],
+    )  # fmt: skip
+    assert renewed == 1
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+    engine.conn.execute(
+        "update pgflow.step_tasks set lease_renewed_at = now() - interval '41 seconds'"
+        " where run_id = %s and step_slug = 'slow'",
+        (run_id,),
+    )
+    assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
+
+
+def test_only_the_current_attempt_of_its_own_worker_is_renewed(engine: Engine) -> None:
+    stalled_flow(engine)
+    run_id = engine.start("stall")
+    slow = next(task for task in engine.poll("stall") if task.step_slug == "slow")
+    other = uuid.UUID(int=7)
+    renew = "select pgflow.renew_task_leases(%s, %s, %s, %s, %s)"
+    assert engine.value(renew, other, [run_id], ["slow"], [0], [slow.attempt]) == 0
+    assert engine.value(renew, WORKER_ID, [run_id], ["slow"], [0], [slow.attempt + 1]) == 0
+    assert engine.task(run_id, "slow")["lease_renewed_at"] is None

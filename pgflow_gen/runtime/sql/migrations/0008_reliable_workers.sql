@@ -21,13 +21,55 @@
 -- what a local recompile deleted ("deletedRuns"); "summary" says either for people.
 --
 -- step_tasks gets claimed_timeout, the timeout an attempt was claimed with: its lease, which the
--- stall rule uses, so an attempt in flight keeps its timeout when the step's changes.
+-- stall rule uses, so an attempt in flight keeps its timeout when the step's changes; and
+-- lease_renewed_at, which renew_task_leases sets for the results a live worker holds but cannot
+-- send yet (a lock, a slow database), so stall recovery does not run those tasks again.
 --
 -- pgflow.pgmq_table_name is the one place in SQL that names a queue's PGMQ table ('q_' or 'a_'
 -- and the queue name, lower case); set_vt_batch, enqueue_step_tasks, claim_tasks, complete_tasks
 -- and prune_data_older_than call it (enqueue_step_tasks did not lower-case the name).
 
-alter table pgflow.step_tasks add column claimed_timeout int;
+alter table pgflow.step_tasks
+  add column claimed_timeout int,
+  add column lease_renewed_at timestamptz;
+
+-- A live worker holding results it cannot send yet (the rows they need are locked, statements
+-- time out) renews their tasks' leases, so stall recovery does not run them again: sets
+-- lease_renewed_at on the given attempts that are still this worker's and started. Skips task
+-- rows locked by someone else (a completion under way). Returns how many it renewed. Called
+-- with each heartbeat while such results wait.
+create function pgflow.renew_task_leases(
+  worker_id uuid,
+  run_ids uuid[],
+  step_slugs text[],
+  task_indexes int[],
+  attempts int[]
+)
+returns int
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_renewed int;
+begin
+  with held as (
+    select t.run_id, t.step_slug, t.task_index
+    from unnest(run_ids, step_slugs, task_indexes, attempts) as k (run_id, step_slug, task_index, attempt)
+    join pgflow.step_tasks as t
+      on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+    where t.status = 'started' and t.attempts_count = k.attempt
+      and t.last_worker_id = renew_task_leases.worker_id
+    order by t.run_id, t.step_slug, t.task_index
+    for update of t skip locked
+  )
+  update pgflow.step_tasks as t set lease_renewed_at = clock_timestamp()
+  from held
+  where t.run_id = held.run_id and t.step_slug = held.step_slug and t.task_index = held.task_index;
+  get diagnostics v_renewed = row_count;
+  return v_renewed;
+end;
+$$;
 
 -- The table PGMQ keeps a queue's messages in (kind 'q') or its archive (kind 'a'), in schema
 -- pgmq: lower(kind || '_' || queue_name), as PGMQ names them. The one place in SQL that spells
@@ -436,9 +478,10 @@ $$;
 
 -- The stall rule, read by requeue_stalled_tasks: the started tasks (of started runs and steps, not
 -- parked) whose worker is gone (marked stopped, or no heartbeat within the liveness rule's
--- stalled_after) or whose lease ran out (started longer ago than the timeout it was claimed with
--- + stalled_after: a live worker fails a task at its timeout). Takes no locks; sees the calling
--- statement's snapshot.
+-- stalled_after) or whose lease ran out (started, or last renewed by its worker while it holds
+-- a result it cannot send yet, longer ago than the timeout it was claimed with + stalled_after:
+-- a live worker ends an attempt at its timeout). Takes no locks; sees the calling statement's
+-- snapshot.
 create function pgflow.find_stalled_tasks()
 returns table (run_id uuid, step_slug text, task_index int)
 language sql
@@ -454,7 +497,7 @@ as $$
     join pgflow.flows as f on f.flow_slug = t.flow_slug
   where t.status = 'started' and t.permanently_stalled_at is null
     and (
-      t.started_at < clock_timestamp()
+      coalesce(t.lease_renewed_at, t.started_at) < clock_timestamp()
         - make_interval(secs => coalesce(t.claimed_timeout, s.opt_timeout, f.opt_timeout)) - l.stalled_after
       or not exists (
         select 1 from pgflow.workers as w
@@ -642,7 +685,7 @@ begin
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = claim_tasks.worker_id,
-      claimed_timeout = coalesce(s.opt_timeout, f.opt_timeout)
+      claimed_timeout = coalesce(s.opt_timeout, f.opt_timeout), lease_renewed_at = null
     from candidates as c, pgflow.steps as s, pgflow.flows as f
     where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
       and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug

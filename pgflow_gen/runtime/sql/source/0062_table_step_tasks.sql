@@ -25,6 +25,9 @@ create table pgflow.step_tasks (
   -- The step's effective timeout when the current attempt was claimed: its lease (engine 0008),
   -- kept when the step's timeout changes meanwhile.
   claimed_timeout int,
+  -- When the worker of the current attempt last said it still holds the task's result (engine
+  -- 0008): a result it cannot send yet (a lock, a slow database) keeps its lease.
+  lease_renewed_at timestamptz,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')

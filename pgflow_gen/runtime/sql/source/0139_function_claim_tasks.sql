@@ -100,7 +100,7 @@ begin
     update pgflow.step_tasks as t
     set status = 'started', attempts_count = t.attempts_count + 1,
       started_at = clock_timestamp(), last_worker_id = claim_tasks.worker_id,
-      claimed_timeout = coalesce(s.opt_timeout, f.opt_timeout)
+      claimed_timeout = coalesce(s.opt_timeout, f.opt_timeout), lease_renewed_at = null
     from candidates as c, pgflow.steps as s, pgflow.flows as f
     where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
       and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug

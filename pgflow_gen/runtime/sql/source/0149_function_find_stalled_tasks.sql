@@ -1,8 +1,9 @@
 -- The stall rule, read by requeue_stalled_tasks: the started tasks (of started runs and steps, not
 -- parked) whose worker is gone (marked stopped, or no heartbeat within the liveness rule's
--- stalled_after) or whose lease ran out (started longer ago than the timeout it was claimed with
--- + stalled_after: a live worker fails a task at its timeout). Takes no locks; sees the calling
--- statement's snapshot.
+-- stalled_after) or whose lease ran out (started, or last renewed by its worker while it holds
+-- a result it cannot send yet, longer ago than the timeout it was claimed with + stalled_after:
+-- a live worker ends an attempt at its timeout). Takes no locks; sees the calling statement's
+-- snapshot.
 create function pgflow.find_stalled_tasks()
 returns table (run_id uuid, step_slug text, task_index int)
 language sql
@@ -18,7 +19,7 @@ as $$
     join pgflow.flows as f on f.flow_slug = t.flow_slug
   where t.status = 'started' and t.permanently_stalled_at is null
     and (
-      t.started_at < clock_timestamp()
+      coalesce(t.lease_renewed_at, t.started_at) < clock_timestamp()
         - make_interval(secs => coalesce(t.claimed_timeout, s.opt_timeout, f.opt_timeout)) - l.stalled_after
       or not exists (
         select 1 from pgflow.workers as w
