@@ -109,7 +109,7 @@ class DevLoop:
     def run(self) -> int:
         plan = self._build()
         url = database.resolve_url(self.database_url, project=self.settings.project)
-        self._say(f"database {url}")
+        self._say(f"database {database.redact(url)}")
         with psycopg.connect(url, autocommit=True) as conn:
             migrations.ensure_pgmq(conn)
             applied = migrations.migrate(conn)
@@ -117,8 +117,8 @@ class DevLoop:
         self.supervisor.env["PGFLOW_DATABASE_URL"] = url
         self.supervisor.env.pop("DATABASE_URL", None)
         # Ctrl-C and SIGTERM only ask the loop to stop (even where SIGINT was inherited as
-        # ignored, as by a background job of a shell): it stops between two changes, never in
-        # the middle of a restart.
+        # ignored, as by a background job of a shell): a restart under way stops starting
+        # workers, and every worker is stopped on the way out.
         previous = {
             number: signal.signal(number, lambda *_: self.stopping.set())
             for number in (signal.SIGINT, signal.SIGTERM)

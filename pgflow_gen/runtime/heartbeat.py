@@ -54,8 +54,18 @@ class Heartbeat:
             if session is None:
                 continue
             try:
-                deprecated = await session.heartbeat(self.worker_id)
-                await session.renew_leases(self.worker_id, self.held())
+                # A beat that gets no answer for two intervals is a dead connection (half-open,
+                # or stuck behind a lock): a new one is opened rather than waiting for TCP.
+                async with asyncio.timeout(max(2 * self.interval, 1.0)):
+                    deprecated = await session.heartbeat(self.worker_id)
+                    await session.renew_leases(self.worker_id, self.held())
+            except TimeoutError:
+                await self.link.broken(
+                    psycopg.OperationalError(
+                        f"no answer to the heartbeat within {max(2 * self.interval, 1.0):g} s"
+                    )
+                )
+                continue
             except psycopg.errors.NoDataFound:
                 # Our row was pruned (a long outage): a new connection registers again.
                 await self.link.close()

@@ -58,6 +58,7 @@ class Reporter:
         self._pause = FIRST_RETRY_PAUSE_S
         #: What failed in the current episode of failed sends (None: the last send went through).
         self._failing: str | None = None
+        self._failing_since = 0.0
         self._retries = 0
 
     def finish(self) -> None:
@@ -84,15 +85,16 @@ class Reporter:
                 if await self._send_failed(session, exc):
                     continue
             now = time.monotonic()
-            if now >= next_recovery and not self.draining():
-                next_recovery = now + self.recovery_interval
-                try:
-                    await self._recover_stalled(session)
-                except psycopg.Error as exc:
-                    if classify(session, exc) is Kind.LOST:
-                        await self.link.broken(exc)
-                        continue
-                    self.log.warning("stall recovery failed: %s", primary_message(exc))
+            if now >= next_recovery:
+                next_recovery = now + self.recovery_interval  # also while draining: no spin
+                if not self.draining():
+                    try:
+                        await self._recover_stalled(session)
+                    except psycopg.Error as exc:
+                        if classify(session, exc) is Kind.LOST:
+                            await self.link.broken(exc)
+                            continue
+                        self.log.warning("stall recovery failed: %s", primary_message(exc))
             if self.done and not slots.reports:
                 return
             timeout = max(0.0, next_recovery - time.monotonic())
@@ -108,6 +110,7 @@ class Reporter:
         self._retries += 1
         if self._failing is None:
             self._failing = primary_message(exc)
+            self._failing_since = time.monotonic()
             self.log.warning(
                 "sending %d result(s) failed (%s, SQLSTATE %s: %s); keeping them and trying again",
                 len(self.slots.reports),
@@ -118,6 +121,10 @@ class Reporter:
         await asyncio.sleep(self._pause)
         self._pause = min(self._pause * 2, MAX_RETRY_PAUSE_S)
         return True
+
+    def stuck_for(self) -> float:
+        """How long sending results has been failing without a break (0: it is not)."""
+        return 0.0 if self._failing is None else time.monotonic() - self._failing_since
 
     async def mark_stopped(self) -> None:
         """Set `stopped_at`, trying for at most MARK_STOPPED_S: when the database is down the

@@ -35,9 +35,14 @@ async def send_reports(session: Session, reports: list[Report], log: logging.Log
     in `reports`. A refused output fails its task instead; a refused error message is made
     storable; a task the engine no longer has is logged and its report dropped.
     """
+    alone = 0  # reports to send one by one first, after a refused batch (it holds a bad one)
     while reports:
-        if await _send_batch(session, reports, log):
-            continue
+        if alone == 0:
+            sent, refused = await _send_batch(session, reports, log)
+            if sent:
+                continue
+            alone = refused
+        alone = max(0, alone - 1)
         report = reports[0]
         try:
             if report.error is None:
@@ -90,12 +95,15 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\\0")[:MAX_ERROR_CHARS]
 
 
-async def _send_batch(session: Session, reports: list[Report], log: logging.Logger) -> bool:
+async def _send_batch(
+    session: Session, reports: list[Report], log: logging.Logger
+) -> tuple[bool, int]:
     """Complete the leading successes with one complete_tasks call (one statement, one round
-    trip); False when there are fewer than two or the engine refused the batch.
+    trip): (True, 0) when it did; (False, n) when there are fewer than two (n = 0) or the engine
+    refused the batch of n.
 
     complete_tasks changes nothing when it fails, and a second complete_task for a completed
-    task is a no-op, so after a refusal they are simply sent again one by one, which isolates
+    task is a no-op, so after a refusal the n are simply sent again one by one, which isolates
     the bad one. Failures go one by one (the engine has no batch of them).
     """
     batch = []
@@ -104,19 +112,19 @@ async def _send_batch(session: Session, reports: list[Report], log: logging.Logg
             break
         batch.append(report)
     if len(batch) < 2:
-        return False
+        return False, 0
     try:
         rows = await session.complete_tasks([r.task for r in batch], [r.output for r in batch])
     except psycopg.Error as exc:
         if classify(session, exc) is not Kind.REFUSED:
             raise
-        return False
+        return False, len(batch)
     except (ValueError, TypeError, RecursionError):
-        return False  # one output cannot be encoded: one by one finds it
+        return False, len(batch)  # one output cannot be encoded: one by one finds it
     for report, row in zip(batch, rows, strict=True):
         _log_if_stale(report, row, log)
     del reports[: len(batch)]
-    return True
+    return True, 0
 
 
 def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:

@@ -99,7 +99,8 @@ class Session(Protocol):
 
     async def requeue_stalled(self, timeout_s: float) -> int:
         """Requeue stalled tasks unless another worker is doing it (then 0); the sweep is
-        cancelled (QueryCanceled) after `timeout_s` seconds or a lock wait of a second."""
+        cancelled after `timeout_s` seconds (QueryCanceled) or a lock wait of a second
+        (LockNotAvailable)."""
         ...
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None: ...
@@ -163,7 +164,7 @@ class PsycopgSession:
             cursor = await self.conn.execute(queries.WORKER_LIVENESS)
         except psycopg.errors.UndefinedFunction:
             return DEFAULT  # an engine before 0008: the rule it has is the default one
-        except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidDatetimeFormat) as exc:
+        except psycopg.DataError as exc:  # class 22: a setting that is no interval, or out of range
             raise errors.ConfigError(
                 "The database's worker liveness settings cannot be used.",
                 detail=exc.diag.message_primary,

@@ -6,7 +6,8 @@
   memory): keep the work and retry after a backoff.
 - `REFUSED`: the data or the engine refuses it (class 22 data errors, 23 constraints, 54 limits,
   the engine's own `raise exception`): sending it again cannot help.
-- `UNKNOWN`: anything else: keep the work and retry, loudly; it is never dropped on a guess.
+- `UNKNOWN`: anything else: keep the work and retry (logged once per episode, as transient
+  failures are); it is never dropped on a guess.
 
 >>> classify(None, psycopg.errors.QueryCanceled())
 <Kind.TRANSIENT: 'transient'>

@@ -6,6 +6,7 @@ without that part. `cleanup` runs every shutdown step even when an earlier one r
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,19 +38,26 @@ class Supervisor:
                 part,
                 exc_info=exc,
             )
-            self.failures.append((part, exc))
+            self.failures.append((f"its {part}", exc))
             self.stop(f"its {part} failed")
 
     async def cleanup(self, steps: Sequence[Step]) -> None:
-        """Run every step in order; one that raises is logged and the next runs all the same."""
+        """Run every step in order; one that raises is logged and the next runs all the same.
+        A cancellation meanwhile (a second stop of an embedded worker) lets the remaining steps
+        run too (each is bounded in time), then propagates."""
+        cancelled: asyncio.CancelledError | None = None
         for what, step in steps:
             try:
                 outcome = step()
                 if inspect.isawaitable(outcome):
                     await outcome
+            except asyncio.CancelledError as exc:
+                cancelled = exc
             except Exception as exc:
                 self.log.error("worker %s: %s failed", self.name, what, exc_info=exc)
                 self.failures.append((what, exc))
+        if cancelled is not None:
+            raise cancelled
 
     def raise_failure(self) -> None:
         """Raise WorkerFailedError for the first failure, if any (the tracebacks are logged)."""
@@ -58,7 +66,7 @@ class Supervisor:
         part, exc = self.failures[0]
         message = " ".join(str(exc).split())
         raise errors.WorkerFailedError(
-            f"Worker {self.name} stopped because its {part} failed: {type(exc).__name__}"
+            f"Worker {self.name} stopped because {part} failed: {type(exc).__name__}"
             + (f": {message}" if message else "")
             + ".",
             hint="The traceback is in the log above; the tasks it had not reported are run"

@@ -46,12 +46,17 @@ from pgflow_gen.runtime.reporter import Reporter
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.supervision import Supervisor
+from pgflow_gen.runtime.task_runner import ClaimedTask
 from pgflow_gen.runtime.worker_config import Tuning
 
 __all__ = ["HANDLER_THREAD_PREFIX", "STARTUP_CONNECT_S", "Assignment", "WorkerLoop"]
 
 #: How long a starting worker waits for its database before giving up.
 STARTUP_CONNECT_S = 30.0
+#: How long results that cannot be sent keep their tasks' leases: past it stall recovery may run
+#: those tasks again elsewhere (their late results then change nothing), so a result the
+#: database keeps refusing for an unknown reason never holds its task for ever.
+MAX_LEASE_RENEWAL_S = 300.0
 
 
 class WorkerLoop:
@@ -101,6 +106,7 @@ class WorkerLoop:
         self.liveness: Liveness = DEFAULT
         #: The heartbeat, once the worker serves (the tests watch its beats).
         self.heartbeat: Heartbeat | None = None
+        self._renewal_given_up = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self, stopped_before: Sequence[str] = (), *, handle_signals: bool = True) -> None:
@@ -181,9 +187,9 @@ class WorkerLoop:
             logger=self.log,
             draining=lambda: self._draining,
             begin_drain=self.begin_drain,
-            held=self.slots.unsent,
+            held=functools.partial(self._held, reporter),
         )
-        crew = Supervisor(self.name, self.log, self.begin_drain)
+        crew = Supervisor(self.name, self.log, self._stop_for_failure)
         async with asyncio.TaskGroup() as group:
             reporting = group.create_task(crew.guard("reporter", reporter.run()))
             beating = group.create_task(crew.guard("heartbeat", self.heartbeat.run()))
@@ -218,6 +224,22 @@ class WorkerLoop:
                 ])  # fmt: skip
         crew.raise_failure()
 
+    def _held(self, reporter: Reporter) -> list[ClaimedTask]:
+        """The tasks whose leases the heartbeat renews: those of unsent results, unless sending
+        has been failing for longer than MAX_LEASE_RENEWAL_S."""
+        if reporter.stuck_for() <= MAX_LEASE_RENEWAL_S:
+            self._renewal_given_up = False
+            return self.slots.unsent()
+        if not self._renewal_given_up:
+            self._renewal_given_up = True
+            self.log.warning(
+                "worker %s: results could not be sent for %.0f s; their tasks' leases are no"
+                " longer renewed, so stall recovery may run them again",
+                self.name,
+                MAX_LEASE_RENEWAL_S,
+            )
+        return []
+
     async def _last_results(self, reporter: Reporter, reporting: asyncio.Task[None]) -> None:
         """Let the reporter send what is left (within the grace period, at least 5 s)."""
         reporter.finish()
@@ -231,6 +253,11 @@ class WorkerLoop:
                 self.name,
                 len(self.slots.reports),
             )
+
+    def _stop_for_failure(self, reason: str) -> None:
+        """Drain after a part failed; a drain under way keeps its grace period."""
+        if not self._draining:
+            self.begin_drain(reason)
 
     def begin_drain(self, reason: str) -> None:
         """Stop polling; in-flight handlers get the grace period to finish."""
@@ -327,9 +354,8 @@ class WorkerLoop:
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:
-    """Cancel `task` and wait until it has ended."""
+    """Cancel `task` and wait until it has ended (a cancellation of the caller propagates)."""
     if task is None or task.done():
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait({task})

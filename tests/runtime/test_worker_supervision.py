@@ -91,7 +91,9 @@ def test_a_shutdown_step_that_raises_does_not_skip_the_others(
         serving = asyncio.create_task(loop.run(handle_signals=False))
         await asyncio.wait_for(loop.started.wait(), DEADLINE_S)
         loop.begin_drain("test over")
-        with pytest.raises(errors.WorkerFailedError, match="its marking the worker stopped failed"):
+        with pytest.raises(
+            errors.WorkerFailedError, match="because marking the worker stopped failed"
+        ):
             await asyncio.wait_for(serving, DEADLINE_S)
 
     with caplog.at_level(logging.INFO, logger=LOG.name):

@@ -3,7 +3,7 @@
 --
 -- pgflow.worker_liveness() is the one place in SQL that spells the worker liveness rule
 -- (heartbeat every 5 s, live within 15 s, stalled after 30 s; pgflow.heartbeat_interval,
--- pgflow.live_within and pgflow.stalled_after override them per database or role). queue_coverage
+-- pgflow.live_within and pgflow.stalled_after override them per database). queue_coverage
 -- defaults to its live_within and find_stalled_tasks, the stall rule, to its stalled_after.
 -- requeue_stalled_tasks locks its candidates in one statement and re-checks them in the next, with
 -- a fresh snapshot: a task claimed a moment earlier by a worker that registered after the first
@@ -450,7 +450,8 @@ $$;
 -- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
--- pgflow.stalled_after per database or role. Workers read it when they start. No writes.
+-- pgflow.stalled_after per database (every session must see one rule). Workers read it when
+-- they start. No writes.
 create function pgflow.worker_liveness(
   out heartbeat_interval interval,
   out live_within interval,
@@ -465,13 +466,14 @@ begin
   heartbeat_interval := coalesce(nullif(current_setting('pgflow.heartbeat_interval', true), '')::interval, interval '5 seconds');
   live_within := coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds');
   stalled_after := coalesce(nullif(current_setting('pgflow.stalled_after', true), '')::interval, interval '30 seconds');
-  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either.
-  if not (heartbeat_interval > interval '0' and live_within >= 2 * heartbeat_interval
+  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
+  -- and a heartbeat at most ten times a second.
+  if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval
           and stalled_after >= live_within) then
     raise exception 'Inconsistent worker liveness settings: heartbeat every %, live within %, stalled after %.',
       heartbeat_interval, live_within, stalled_after
       using errcode = '22023',
-        hint = 'Keep pgflow.heartbeat_interval > 0, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
+        hint = 'Keep pgflow.heartbeat_interval >= 0.1 s, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
   end if;
 end;
 $$;
@@ -869,8 +871,8 @@ $$;
 
 -- Keeps a flow's options (retries, delays, timeouts) in step with the shape it was verified
 -- against: options are not part of the compared shape, so an edited spec changes them in place,
--- with no recompile. A shape without "options" (a hand-written one) changes nothing; a step
--- without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
+-- with no recompile. A shape without top-level "options" (a hand-written one) changes no option,
+-- the steps' neither; otherwise a step without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
 -- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
 -- claimed before keep the timeout of their claim. Called by ensure_flow_compiled under the
 -- flow's definition lock.

@@ -3,7 +3,8 @@
 -- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
--- pgflow.stalled_after per database or role. Workers read it when they start. No writes.
+-- pgflow.stalled_after per database (every session must see one rule). Workers read it when
+-- they start. No writes.
 create function pgflow.worker_liveness(
   out heartbeat_interval interval,
   out live_within interval,
@@ -18,13 +19,14 @@ begin
   heartbeat_interval := coalesce(nullif(current_setting('pgflow.heartbeat_interval', true), '')::interval, interval '5 seconds');
   live_within := coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds');
   stalled_after := coalesce(nullif(current_setting('pgflow.stalled_after', true), '')::interval, interval '30 seconds');
-  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either.
-  if not (heartbeat_interval > interval '0' and live_within >= 2 * heartbeat_interval
+  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
+  -- and a heartbeat at most ten times a second.
+  if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval
           and stalled_after >= live_within) then
     raise exception 'Inconsistent worker liveness settings: heartbeat every %, live within %, stalled after %.',
       heartbeat_interval, live_within, stalled_after
       using errcode = '22023',
-        hint = 'Keep pgflow.heartbeat_interval > 0, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
+        hint = 'Keep pgflow.heartbeat_interval >= 0.1 s, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
   end if;
 end;
 $$;

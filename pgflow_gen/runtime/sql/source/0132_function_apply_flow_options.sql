@@ -1,7 +1,7 @@
 -- Keeps a flow's options (retries, delays, timeouts) in step with the shape it was verified
 -- against: options are not part of the compared shape, so an edited spec changes them in place,
--- with no recompile. A shape without "options" (a hand-written one) changes nothing; a step
--- without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
+-- with no recompile. A shape without top-level "options" (a hand-written one) changes no option,
+-- the steps' neither; otherwise a step without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
 -- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
 -- claimed before keep the timeout of their claim. Called by ensure_flow_compiled under the
 -- flow's definition lock.
