@@ -57,6 +57,8 @@ class FakeEngine:
     explode: dict[str, BaseException] = field(default_factory=dict)
     #: While set to an unset event, results wait for it (a lock held on the rows they need).
     results_gate: asyncio.Event | None = None
+    #: Heartbeats get no answer (a half-open connection, a lock on the worker's row).
+    heartbeat_hangs: bool = False
     #: The message ids of every lease renewal, in order.
     renewed: list[int] = field(default_factory=list)
     #: Every session opened, in order.
@@ -196,6 +198,8 @@ class FakeSession:
 
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
         engine = self._call()
+        if engine.heartbeat_hangs:
+            await asyncio.Event().wait()  # no answer, as on a half-open connection
         engine.heartbeats += 1
         return engine.deprecated
 

@@ -149,3 +149,48 @@ def test_the_heartbeat_goes_on_while_results_wait_for_a_lock() -> None:
 
     asyncio.run(main())
     assert engine.results == {1: [0]}
+
+
+def test_a_heartbeat_that_gets_no_answer_opens_a_new_connection() -> None:
+    engine = FakeEngine("fake", "work")
+    loop = worker(engine, lambda value, ctx, /: value)
+
+    async def main() -> None:
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.heartbeats > 0, "a heartbeat")
+        engine.heartbeat_hangs = True
+        opened = len(engine.sessions)
+        await until(lambda: len(engine.sessions) > opened, "a new heartbeat connection")
+        assert any(s.closed for s in engine.sessions[:opened])  # the silent one was dropped
+        engine.heartbeat_hangs = False
+        assert loop.heartbeat is not None
+        beats = loop.heartbeat.beats
+        await until(lambda: loop.heartbeat is not None and loop.heartbeat.beats > beats, "beats")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+
+
+def test_results_that_wait_keep_their_leases_renewed() -> None:
+    engine = FakeEngine("fake", "work")
+    [msg_id] = engine.enqueue(1)
+    gate = asyncio.Event()
+    loop = worker(engine, lambda value, ctx, /: value)
+
+    async def main() -> None:
+        engine.results_gate = gate
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.renewed.count(msg_id) >= 3, "three renewals")
+        gate.set()
+        await until(lambda: engine.finished == 1, "the result")
+        renewals = len(engine.renewed)
+        assert loop.heartbeat is not None
+        beats = loop.heartbeat.beats
+        await until(lambda: loop.heartbeat is not None and loop.heartbeat.beats > beats + 2,
+                    "more beats")  # fmt: skip
+        assert len(engine.renewed) == renewals  # nothing left to renew once it is sent
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
