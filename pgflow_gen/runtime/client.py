@@ -24,7 +24,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.runtime import database, errors, inputs
+from pgflow_gen.runtime import database, errors, inputs, queries
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 
@@ -141,16 +141,7 @@ class Run(Generic[OutputT]):
             with self.client.connect() as own:
                 return self.unserved_steps(freshness, conn=own)
         with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
-            return cur.execute(
-                "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
-                " from pgflow.step_tasks as t"
-                " join pgflow.queue_coverage(coalesce(make_interval(secs => %s),"
-                "   (pgflow.worker_liveness()).live_within)) as c"
-                "   on c.flow_slug = t.flow_slug and c.step_slug = t.step_slug"
-                " where t.run_id = %s and t.status = 'queued' and not c.covered"
-                " group by t.step_slug, t.queue_name, c.step_index order by c.step_index",
-                (freshness, self.run_id),
-            ).fetchall()
+            return cur.execute(queries.UNSERVED_STEPS, (freshness, self.run_id)).fetchall()
 
 
 class Client:
@@ -213,8 +204,7 @@ class Client:
         with self.connect() as conn:
             try:
                 row = conn.execute(
-                    "select run_id from pgflow.start_flow(%s, %s, %s)",
-                    (plain.slug, Jsonb(input), run_id),
+                    queries.START_FLOW, (plain.slug, Jsonb(input), run_id)
                 ).fetchone()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
@@ -228,11 +218,7 @@ class Client:
 
     def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]:
         with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(
-                "select run_id, flow_slug, status, input, output, started_at, completed_at,"
-                " failed_at from pgflow.runs where run_id = %s",
-                (run_id,),
-            ).fetchone()
+            row = cur.execute(queries.READ_RUN, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"Run {run_id} does not exist.")
         failure = read_failure(conn, run_id) if row["status"] == "failed" else None
@@ -242,19 +228,7 @@ class Client:
 def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailure | None:
     """The first failed step of a run, with its failed task's attempts and error."""
     with conn.cursor(row_factory=class_row(StepFailure)) as cur:
-        return cur.execute(
-            "select ss.step_slug, t.task_index, coalesce(t.attempts_count, 0) as attempts,"
-            " coalesce(t.error_message, ss.error_message) as error"
-            " from pgflow.step_states as ss"
-            " left join lateral ("
-            "   select * from pgflow.step_tasks as t"
-            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'failed'"
-            "   order by t.failed_at, t.task_index limit 1"
-            " ) as t on true"
-            " where ss.run_id = %s and ss.status = 'failed'"
-            " order by ss.failed_at limit 1",
-            (run_id,),
-        ).fetchone()
+        return cur.execute(queries.READ_FAILURE, (run_id,)).fetchone()
 
 
 def engine_error(exc: psycopg.Error) -> errors.PgflowError:

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgflow_gen.runtime import errors
+from pgflow_gen.runtime import errors, queries
 
 # Advisory lock keys (two-int form; namespace 1 is used by the engine for flow definitions).
 _LOCK_NAMESPACE = 2
@@ -77,7 +77,7 @@ def ensure_pgmq(conn: psycopg.Connection[Any]) -> str | None:
         return None
     script, version = pgmq_sql()
     with conn.transaction():
-        conn.execute("select pg_advisory_xact_lock(%s, %s)", (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
+        conn.execute(queries.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
         if _has_pgmq(conn):
             return None
         conn.execute(_trusted(script))
@@ -87,19 +87,16 @@ def ensure_pgmq(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _has_pgmq(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
-        "select exists (select 1 from pg_namespace where nspname = 'pgmq')"
-        " or exists (select 1 from pg_extension where extname = 'pgmq')"
-    ).fetchone()
+    row = conn.execute(queries.HAS_PGMQ).fetchone()
     return bool(row and row[0])
 
 
 def applied(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """Applied engine migrations as {version: checksum} (empty before the first migration)."""
-    exists = conn.execute("select to_regclass('pgflow.schema_migrations') is not null").fetchone()
+    exists = conn.execute(queries.HAS_MIGRATIONS).fetchone()
     if not exists or not exists[0]:
         return {}
-    rows = conn.execute("select version, checksum from pgflow.schema_migrations").fetchall()
+    rows = conn.execute(queries.APPLIED_MIGRATIONS).fetchall()
     return {str(version): str(checksum) for version, checksum in rows}
 
 
@@ -146,7 +143,7 @@ def migrate(
     if not conn.autocommit:
         raise errors.MigrationError("migrate() needs an autocommit connection.")
     ensure_pgmq(conn)
-    conn.execute("select pg_advisory_lock(%s, %s)", (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+    conn.execute(queries.LOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
     try:
         done: list[Migration] = []
         for migration in pending(conn, target):
@@ -156,7 +153,7 @@ def migrate(
             done.append(migration)
         return done
     finally:
-        conn.execute("select pg_advisory_unlock(%s, %s)", (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+        conn.execute(queries.UNLOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
 
 
 def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
@@ -165,9 +162,7 @@ def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
             conn.execute(sql.SQL("set local lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
             conn.execute(_trusted(migration.sql))
             conn.execute(
-                "insert into pgflow.schema_migrations (version, name, checksum)"
-                " values (%s, %s, %s)",
-                (migration.version, migration.name, migration.checksum),
+                queries.RECORD_MIGRATION, (migration.version, migration.name, migration.checksum)
             )
     except psycopg.Error as exc:
         diag = exc.diag
@@ -187,10 +182,10 @@ def engine_script() -> str:
     for m in available():
         parts.append(f"-- pgflow-gen engine migration {m.version}_{m.name}\nbegin;\n")
         parts.append(m.sql.rstrip() + "\n")
-        parts.append(
-            "insert into pgflow.schema_migrations (version, name, checksum) "
-            f"values ('{m.version}', '{m.name}', '{m.checksum}');\ncommit;\n\n"
+        record = sql.SQL(queries.RECORD_MIGRATION_SCRIPT).format(
+            sql.Literal(m.version), sql.Literal(m.name), sql.Literal(m.checksum)
         )
+        parts.append(f"{record.as_string(None)}\ncommit;\n\n")
     return "".join(parts)
 
 

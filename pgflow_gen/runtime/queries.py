@@ -1,6 +1,7 @@
-"""Every statement a worker (and the testing kit, which runs tasks as a worker does) sends, by
-name. Each is a string literal, so it is a `LiteralString` that psycopg accepts as a query;
-parameters are always bound (`%s`), never formatted in.
+"""Every statement the runtime sends, by name: the worker's (and the testing kit's, which runs
+tasks as a worker does), the client's and the engine migrations'. Each is a string literal, so it
+is a `LiteralString` that psycopg accepts as a query; parameters are always bound (`%s`), never
+formatted in.
 
 The engine's functions they call are documented in docs/engine.md.
 """
@@ -97,6 +98,62 @@ STEP_STATES: Final[LiteralString] = (
 SHOW_WAITING_MESSAGES: Final[LiteralString] = (
     "update pgmq.{} set vt = clock_timestamp()"
     " where vt > clock_timestamp() and message->>'run_id' = %s"
+)
+
+# -- client --------------------------------------------------------------------------------------
+#: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id.
+START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s, %s)"
+#: (run id) -> the run's row, as `Run` takes it.
+READ_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, started_at, completed_at,"
+    " failed_at from pgflow.runs where run_id = %s"
+)
+#: (run id) -> its first failed step, with its failed task's attempts and error (`StepFailure`).
+READ_FAILURE: Final[LiteralString] = (
+    "select ss.step_slug, t.task_index, coalesce(t.attempts_count, 0) as attempts,"
+    " coalesce(t.error_message, ss.error_message) as error"
+    " from pgflow.step_states as ss"
+    " left join lateral ("
+    "   select * from pgflow.step_tasks as t"
+    "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'failed'"
+    "   order by t.failed_at, t.task_index limit 1"
+    " ) as t on true"
+    " where ss.run_id = %s and ss.status = 'failed'"
+    " order by ss.failed_at limit 1"
+)
+#: (freshness seconds or NULL for the liveness rule, run id) -> the steps of the run with queued
+#: tasks and no live worker (`UnservedStep`).
+UNSERVED_STEPS: Final[LiteralString] = (
+    "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
+    " from pgflow.step_tasks as t"
+    " join pgflow.queue_coverage(coalesce(make_interval(secs => %s),"
+    "   (pgflow.worker_liveness()).live_within)) as c"
+    "   on c.flow_slug = t.flow_slug and c.step_slug = t.step_slug"
+    " where t.run_id = %s and t.status = 'queued' and not c.covered"
+    " group by t.step_slug, t.queue_name, c.step_index order by c.step_index"
+)
+
+# -- engine migrations ---------------------------------------------------------------------------
+#: Whether PGMQ is there, as SQL or as an extension.
+HAS_PGMQ: Final[LiteralString] = (
+    "select exists (select 1 from pg_namespace where nspname = 'pgmq')"
+    " or exists (select 1 from pg_extension where extname = 'pgmq')"
+)
+#: Whether any engine migration was applied.
+HAS_MIGRATIONS: Final[LiteralString] = "select to_regclass('pgflow.schema_migrations') is not null"
+#: The applied engine migrations: (version, checksum) rows.
+APPLIED_MIGRATIONS: Final[LiteralString] = "select version, checksum from pgflow.schema_migrations"
+#: The same as a line of the engine script for other migration tools: literals composed in.
+RECORD_MIGRATION_SCRIPT: Final[LiteralString] = (
+    "insert into pgflow.schema_migrations (version, name, checksum) values ({}, {}, {});"
+)
+#: One migrator at a time, for the whole session: (namespace, key).
+LOCK_FOR_SESSION: Final[LiteralString] = "select pg_advisory_lock(%s, %s)"
+#: (namespace, key).
+UNLOCK_FOR_SESSION: Final[LiteralString] = "select pg_advisory_unlock(%s, %s)"
+#: (version, name, checksum).
+RECORD_MIGRATION: Final[LiteralString] = (
+    "insert into pgflow.schema_migrations (version, name, checksum) values (%s, %s, %s)"
 )
 
 #: What every named statement is: a literal string, so psycopg takes it as a query.

@@ -1,5 +1,5 @@
-"""The worker's statements live in `runtime/queries.py`, by name: the modules that run tasks
-spell no SQL of their own."""
+"""The runtime's statements live in `runtime/queries.py`, by name: the modules that run tasks,
+the client and the engine migrations spell no SQL of their own."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
 WORKER_MODULES = [
+    "runtime/client.py",
     "runtime/context.py",
     "runtime/heartbeat.py",
     "runtime/listener.py",
+    "runtime/migrations.py",
     "runtime/poller.py",
     "runtime/reporter.py",
     "runtime/reporting.py",
