@@ -36,6 +36,8 @@ declare
   v_timeouts int[];
   v_visible_set int;
   v_orphans bigint[];
+  v_stopped_at timestamptz;
+  v_heartbeat_at timestamptz;
 begin
   if queue_name is null then
     raise exception 'A claim needs the queue the messages were read from.' using errcode = '22004';
@@ -73,15 +75,18 @@ begin
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
   end if;
-  -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
-  -- window, is registered again, or stall recovery would take what it claims the moment it does.
-  update pgflow.workers as w set stopped_at = null, last_heartbeat_at = clock_timestamp()
-  where w.worker_id = claim_tasks.worker_id
-    and (w.stopped_at is not null
-      or w.last_heartbeat_at < clock_timestamp() - (pgflow.worker_liveness()).live_within);
-  if not found and not exists (select 1 from pgflow.workers as w where w.worker_id = claim_tasks.worker_id) then
+  select w.stopped_at, w.last_heartbeat_at into v_stopped_at, v_heartbeat_at
+  from pgflow.workers as w where w.worker_id = claim_tasks.worker_id;
+  if not found then
     raise exception 'Worker % is not registered.', worker_id
       using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
+  -- window, is registered again, or stall recovery would take what it claims the moment it does.
+  if v_stopped_at is not null
+     or v_heartbeat_at < clock_timestamp() - (pgflow.worker_liveness()).live_within then
+    update pgflow.workers as w set stopped_at = null, last_heartbeat_at = clock_timestamp()
+    where w.worker_id = claim_tasks.worker_id;
   end if;
   perform pgflow.archive_completed_messages(v_queue);
 
@@ -112,21 +117,24 @@ begin
   into v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts
   from claimed as c;
   -- Messages of this flow (and step) whose task no longer exists (a run deleted or pruned
-  -- before 0008 left them) would come back after every lease: archive them and say so.
-  execute format($sql$
-    select array_agg(q.msg_id order by q.msg_id) from pgmq.%I as q
-    where q.msg_id = any ($1) and not (q.msg_id = any ($2))
-      and q.message ->> 'flow_slug' = $3 and ($4::text is null or q.message ->> 'step_slug' = $4)
-      and q.message ->> 'run_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-      and q.message ->> 'task_index' ~ '^[0-9]{1,9}$'
-      and not exists (
-        select 1 from pgflow.step_tasks as t
-        where t.run_id = (case when q.message ->> 'run_id' ~* '^[0-9a-f-]{36}$' then (q.message ->> 'run_id')::uuid end)
-          and t.step_slug = q.message ->> 'step_slug'
-          and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
-      )
-    $sql$, pgflow.pgmq_table_name(v_queue))
-  into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), claim_tasks.flow_slug, claim_tasks.step_slug;
+  -- before 0008 left them) would come back after every lease: archive them and say so. Only
+  -- when some message read was not claimed (the common claim takes them all and skips this).
+  if cardinality(msg_ids) > coalesce(cardinality(v_message_ids), 0) then
+    execute format($sql$
+      select array_agg(q.msg_id order by q.msg_id) from pgmq.%I as q
+      where q.msg_id = any ($1) and not (q.msg_id = any ($2))
+        and q.message ->> 'flow_slug' = $3 and ($4::text is null or q.message ->> 'step_slug' = $4)
+        and q.message ->> 'run_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+        and q.message ->> 'task_index' ~ '^[0-9]{1,9}$'
+        and not exists (
+          select 1 from pgflow.step_tasks as t
+          where t.run_id = (case when q.message ->> 'run_id' ~* '^[0-9a-f-]{36}$' then (q.message ->> 'run_id')::uuid end)
+            and t.step_slug = q.message ->> 'step_slug'
+            and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
+        )
+      $sql$, pgflow.pgmq_table_name(v_queue))
+    into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), claim_tasks.flow_slug, claim_tasks.step_slug;
+  end if;
   if v_orphans is not null then
     perform pgmq.archive(v_queue, v_orphans);
     raise warning 'claim_tasks archived % message(s) of queue "%" whose task no longer exists.',
