@@ -90,17 +90,26 @@ def _run(args: argparse.Namespace) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_FAILURE
-    except psycopg.OperationalError as exc:
-        print(f"error: cannot reach the database: {exc}".rstrip(), file=sys.stderr)
-        return EXIT_FAILURE
     except psycopg.Error as exc:
+        return _database_error(exc)
+    return code
+
+
+def _database_error(exc: psycopg.Error) -> int:
+    """Print what the database (or libpq) refused, without any password the URL holds."""
+    problem = database.config_problem(exc)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+    elif isinstance(exc, psycopg.OperationalError):
+        reason = database.redact(str(exc)).rstrip()
+        print(f"error: cannot reach the database: {reason}", file=sys.stderr)
+    else:
         diag = exc.diag
         print(f"error: {diag.message_primary or exc}", file=sys.stderr)
         for label, text in (("detail", diag.message_detail), ("hint", diag.message_hint)):
             if text:
                 print(f"  {label}: {text}", file=sys.stderr)
-        return EXIT_FAILURE
-    return code
+    return EXIT_FAILURE
 
 
 def _parser() -> argparse.ArgumentParser:

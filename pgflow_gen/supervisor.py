@@ -66,11 +66,6 @@ class Supervisor:
         with self._state:
             return list(self._children)
 
-    def pid(self, name: str) -> int | None:
-        with self._state:
-            child = self._children.get(name)
-            return None if child is None else child.popen.pid
-
     def say(self, text: str, name: str = "dev") -> None:
         """Print the supervisor's own lines behind its prefix."""
         for line in text.splitlines() or [""]:

@@ -48,6 +48,7 @@ class Heartbeat:
     async def run(self) -> None:
         """Beat until cancelled; registration has just refreshed the heartbeat."""
         failing: str | None = None
+        patience = max(2 * self.interval, 1.0)
         while True:
             await asyncio.sleep(self.interval)
             session = await self.link.get()
@@ -56,15 +57,12 @@ class Heartbeat:
             try:
                 # A beat that gets no answer for two intervals is a dead connection (half-open,
                 # or stuck behind a lock): a new one is opened rather than waiting for TCP.
-                async with asyncio.timeout(max(2 * self.interval, 1.0)):
+                async with asyncio.timeout(patience):
                     deprecated = await session.heartbeat(self.worker_id)
                     await session.renew_leases(self.worker_id, self.held())
             except TimeoutError:
-                await self.link.broken(
-                    psycopg.OperationalError(
-                        f"no answer to the heartbeat within {max(2 * self.interval, 1.0):g} s"
-                    )
-                )
+                silent = f"no answer to the heartbeat within {patience:g} s"
+                await self.link.broken(psycopg.OperationalError(silent))
                 continue
             except psycopg.errors.NoDataFound:
                 # Our row was pruned (a long outage): a new connection registers again.

@@ -61,6 +61,16 @@ def run_row_locked(url: str, run_id: uuid.UUID) -> Iterator[psycopg.Connection[A
         conn.rollback()
 
 
+def sweep_and_requeue_nothing(url: str, seconds: float) -> None:
+    """Run stall recovery every 0.1 s for `seconds` (the lock is held that long: the point is
+    the duration, not a wait for an event), asserting each sweep requeues nothing."""
+    with psycopg.connect(url, autocommit=True) as sweeper:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            assert sweeper.execute("select pgflow.requeue_stalled_tasks()").fetchone() == (0,)
+            time.sleep(0.1)
+
+
 class Gates:
     """A sync handler whose calls wait, per run input n, until `open(n)`."""
 
@@ -191,13 +201,9 @@ def test_a_live_worker_whose_results_wait_on_a_lock_past_the_stall_threshold_kee
         quick = client.start_flow(QUEUED, {"n": 1}).run_id
         long = client.start_flow(QUEUED, {"n": 2}).run_id
         eventually(lambda: gates.running(1) and gates.running(2), "both handlers")
-        with run_row_locked(db_url, quick), psycopg.connect(db_url, autocommit=True) as sweeper:
+        with run_row_locked(db_url, quick):
             gates.gate(1).set()  # its result now waits for the lock; the long one runs on
-            held_until = time.monotonic() + 3.0  # three times the stall threshold
-            while time.monotonic() < held_until:
-                requeued = sweeper.execute("select pgflow.requeue_stalled_tasks()").fetchone()
-                assert requeued == (0,)
-                time.sleep(0.1)
+            sweep_and_requeue_nothing(db_url, 3.0)  # three times the stall threshold
         eventually(lambda: completed_once(db_url, quick, 1), "the quick task completed")
         gates.gate(2).set()
         eventually(lambda: completed_once(db_url, long, 2), "the long task completed")
@@ -247,12 +253,9 @@ def test_a_result_that_waits_on_a_lock_past_its_timeout_keeps_its_lease(db_url: 
     def body() -> None:
         run_id = client.start_flow(with_step_queues(quick), {"n": 4}).run_id
         eventually(lambda: gates.running(4), "the handler")
-        with run_row_locked(db_url, run_id), psycopg.connect(db_url, autocommit=True) as sweeper:
+        with run_row_locked(db_url, run_id):
             gates.gate(4).set()  # the result now waits for the lock
-            held_until = time.monotonic() + 6.0  # past the 4 s lease
-            while time.monotonic() < held_until:
-                assert sweeper.execute("select pgflow.requeue_stalled_tasks()").fetchone() == (0,)
-                time.sleep(0.1)
+            sweep_and_requeue_nothing(db_url, 6.0)  # past the 4 s lease
         eventually(lambda: completed_once(db_url, run_id, 4), "the task completed")
 
     async def main() -> None:

@@ -110,3 +110,29 @@ def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) 
     assert cli.main(["coverage", "--freshness", "0", "--database-url", url]) == cli.EXIT_USAGE
     assert capsys.readouterr().err == "error: --freshness must be above 0 seconds.\n"
     assert os.environ.get("PGFLOW_DEBUG") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "first_line"),
+    [
+        (
+            "postgresq://app:s3cret@localhost/app",
+            'error: The database URL is not valid: missing "=" after'
+            ' "postgresq://app:***@localhost/app" in connection info string.',
+        ),
+        (
+            "postgresql://app:s3cret@127.0.0.1:5432/app?sslmode=bogus",
+            'error: The database URL is not valid: invalid sslmode value: "bogus".',
+        ),
+    ],
+    ids=["malformed", "sslmode"],
+)
+def test_a_bad_database_url_is_one_message_without_the_password(
+    capsys: pytest.CaptureFixture[str], url: str, first_line: str
+) -> None:
+    assert cli.main(["runs", "--database-url", url]) == cli.EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == first_line
+    assert err.splitlines()[1].startswith("HINT: Check --database-url, PGFLOW_DATABASE_URL")
+    assert "s3cret" not in err
+    assert "Traceback" not in err
