@@ -58,7 +58,7 @@ class Session(Protocol):
     # startup
     async def compile_flow(
         self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
-    ) -> str: ...
+    ) -> startup.Compilation: ...
     async def enable_notifications(self, queue: str) -> bool: ...
     async def liveness(self) -> Liveness:
         """The engine's worker liveness rule (its defaults on an engine older than 0008)."""
@@ -143,7 +143,7 @@ class PsycopgSession:
 
     async def compile_flow(
         self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
-    ) -> str:
+    ) -> startup.Compilation:
         return await startup.compile_flow(self.conn, flow, mode, route_map)
 
     async def enable_notifications(self, queue: str) -> bool:

@@ -5,7 +5,7 @@ prepares from the flow once: which steps get the run input, and each step's outp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -21,15 +21,24 @@ NEWEST_ENGINE_FUNCTION = "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], 
 NEWEST_ENGINE_MIGRATION = "0005"
 
 
+class Compilation(NamedTuple):
+    """What compiling a flow did, for the log."""
+
+    #: The engine's status (`compiled`, `verified`, `recompiled`), with what changed when
+    #: something did (`verified; options updated: ...`, `recompiled: 6 run(s) deleted`).
+    summary: str
+    #: The database kept a newer description of the flow (options, input schema) than this
+    #: worker's, an older spec (engine 0009): worth a warning.
+    description_kept: bool = False
+
+
 async def compile_flow(
     conn: psycopg.AsyncConnection[Any],
     flow: Flow[Any, Any, Any],
     queue_mode: QueueMode,
     route_map: Sequence[Mapping[str, str]],
-) -> str:
-    """Compile `flow` (or check it matches what is compiled) and return what happened, for the
-    log: the engine's status (`compiled`, `verified`, `recompiled`), with what changed when
-    something did (`verified; options updated: ...`, `recompiled: 6 run(s) deleted`).
+) -> Compilation:
+    """Compile `flow` (or check it matches what is compiled) and say what happened.
 
     Raises DatabaseError (no engine, an engine too old, a lost connection),
     FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
@@ -90,7 +99,7 @@ async def compile_flow(
         )
     # What a person needs to know: "verified", or what changed ("verified; options updated:
     # step \"fetch\" timeout 60 -> 30", "recompiled: 6 run(s) deleted") since engine 0008.
-    return str(result.get("summary") or status)
+    return Compilation(str(result.get("summary") or status), bool(result.get("descriptionKept")))
 
 
 def output_checks(flow: Flow[Any, Any, Any]) -> dict[str, Callable[[Any], list[str]]]:

@@ -320,8 +320,16 @@ class WorkerLoop:
 
     async def _compile(self, session: Session) -> None:
         a = self.assignment
-        status = await session.compile_flow(a.flow, a.queue_mode, a.route_map)
-        self.log.info("flow %s %s", a.flow.slug, status)
+        compiled = await session.compile_flow(a.flow, a.queue_mode, a.route_map)
+        if compiled.description_kept:
+            self.log.warning(
+                "flow %s %s (this worker's spec is older: rebuild it, or apply the flow's generated"
+                " migration to adopt its options and input schema again)",
+                a.flow.slug,
+                compiled.summary,
+            )
+        else:
+            self.log.info("flow %s %s", a.flow.slug, compiled.summary)
 
     async def _enable_notifications(self, session: Session) -> bool:
         """Make PGMQ notify on inserts into this queue; False when this PGMQ (or this role)

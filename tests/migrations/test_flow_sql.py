@@ -13,10 +13,12 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
 from sqlalchemy.engine import URL
 
 from pgflow_gen import cli, flow_sql
 from pgflow_gen.errors import UsageError
+from tests.e2e.project.app.pgflow import e2e_plain
 
 GENERATED = Path(__file__).resolve().parents[1] / "e2e" / "project" / "app" / "pgflow"
 
@@ -63,6 +65,32 @@ def test_db_apply_stops_at_a_flow_that_differs_and_changes_nothing_for_it(
     err = capsys.readouterr().err
     assert err.startswith(f"error: {first.name} failed and changed nothing: Flow ")
     assert flows(conn) == [(first.stem, False)]  # the rest was not applied either
+
+
+def test_a_generated_migration_adopts_its_spec_again_over_a_newer_workers(
+    generated: Path, db_url: str, conn: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A reverted spec: its migration is applied again after a newer worker's description was
+    # adopted; an older worker alone would be kept out (tests/sql/ensure_flow_compiled).
+    migration = generated / "migrations" / "e2ePlain.sql"
+    apply = ["db", "apply", str(generated), "--database-url", db_url]
+    assert cli.main(apply) == cli.EXIT_OK
+    ensure = "select pgflow.ensure_flow_compiled('e2ePlain', %s)"
+    worker_shape = e2e_plain.FLOW.shape()
+    # The generated module (which workers compile) describes the flow as its migration does.
+    assert conn.execute(ensure, (Jsonb(worker_shape),)).fetchone() == (
+        {"status": "verified", "mismatchKind": None, "differences": []},
+    )
+    newer = {**worker_shape, "options": {**worker_shape["options"], "maxAttempts": 9}}
+    conn.execute(ensure, (Jsonb(newer),))
+    [(kept,)] = conn.execute(ensure, (Jsonb(worker_shape),)).fetchall()
+    assert kept["descriptionKept"] is True
+    capsys.readouterr()
+    assert cli.main(apply) == cli.EXIT_OK
+    assert (
+        f"flow e2ePlain verified; options updated: flow maxAttempts 9 ->"
+        f" {worker_shape['options']['maxAttempts']} ({migration})"
+    ) in capsys.readouterr().out.splitlines()
 
 
 def test_db_apply_without_migrations_is_a_usage_error(

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.naming import QueueMode
+from pgflow_gen.runtime import startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.liveness import Liveness
 from pgflow_gen.runtime.session import Claim, TaskRow
@@ -61,6 +62,10 @@ class FakeEngine:
     heartbeat_hangs: bool = False
     #: The message ids of every lease renewal, in order.
     renewed: list[int] = field(default_factory=list)
+    #: What compiling the flow at startup says.
+    compilation: startup.Compilation = field(
+        default_factory=lambda: startup.Compilation("compiled")
+    )
     #: Every session opened, in order.
     sessions: list[FakeSession] = field(default_factory=list)
     _next_id: int = 1
@@ -128,9 +133,8 @@ class FakeSession:
 
     async def compile_flow(
         self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
-    ) -> str:
-        self._call()
-        return "compiled"
+    ) -> startup.Compilation:
+        return self._call().compilation
 
     async def enable_notifications(self, queue: str) -> bool:
         return self._call().notifications

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, with_step_queues, worker_loop
+from pgflow_gen.runtime import Flow, Step, startup, with_step_queues, worker_loop
 from pgflow_gen.runtime.worker import assignment_for
 from pgflow_gen.runtime.worker_config import Tuning
 from tests.runtime.fake_session import FakeEngine
@@ -188,6 +188,30 @@ def test_a_stale_result_is_logged_and_changes_nothing(caplog: pytest.LogCaptureF
     with caplog.at_level(logging.INFO, logger=LOG.name):
         asyncio.run(main())
     assert engine.results == {}
+
+
+def test_an_older_spec_than_the_databases_is_a_warning_and_the_worker_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kept = "verified; kept the options and input schema adopted at 2026-12-01 10:00:00+00"
+    engine = FakeEngine("fake", "work", compilation=startup.Compilation(kept, True))
+    engine.enqueue(1)
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: bool(engine.results), "the result")
+        loop.begin_drain("test over")
+        await serving
+
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        asyncio.run(main())
+    [record] = [r for r in caplog.records if "kept the options" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().endswith(
+        f"flow fake {kept} (this worker's spec is older: rebuild it, or apply the flow's"
+        " generated migration to adopt its options and input schema again)"
+    )
 
 
 @pytest.mark.parametrize("check_outputs", [True, False])

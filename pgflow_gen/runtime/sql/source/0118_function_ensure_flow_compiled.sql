@@ -3,10 +3,12 @@
 -- difference recompiles only in a local database (pgflow.local = on), else reports a mismatch of
 -- kind "shape" or "routing" and changes nothing. The engine derives the routes itself: a supplied
 -- route_map ([{stepSlug, queueName}] in step order) must be exactly the derived one (required in
--- step mode). A shape's "inputSchema" is stored with the flow when it is compiled, recompiled
--- or verified (not compared); its options are applied when it is verified (not compared either:
--- "optionsUpdated" lists the changes). A result may carry a "summary" for people: what changed
--- ("verified; options updated: ...", "recompiled: 6 run(s) deleted").
+-- step mode). A shape's description (its "inputSchema" and options: not compared) is adopted
+-- when the flow is compiled or recompiled, and when it is verified unless the description is an
+-- older one (_adopt_flow_description: "descriptionKept"); "optionsUpdated" lists the options it
+-- changed. A result may carry a "summary" for people: what changed ("verified; options updated:
+-- ...", "recompiled: 6 run(s) deleted", "verified; kept the options and input schema adopted
+-- at ...").
 -- Takes the flow's definition lock; any failure rolls back everything.
 create function pgflow.ensure_flow_compiled(
   flow_slug text,
@@ -29,6 +31,7 @@ declare
   v_differences text[] := '{}';
   v_routing text[] := '{}';
   v_kind text;
+  v_description jsonb;
   v_options jsonb;
   v_deleted_runs bigint;
 begin
@@ -53,7 +56,7 @@ begin
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
   if not found then
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
-    perform pgflow._store_input_schema(flow_slug, shape);
+    perform pgflow._adopt_flow_description(flow_slug, shape);
     return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
 
@@ -77,8 +80,14 @@ begin
     );
   end if;
   if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
-    perform pgflow._store_input_schema(flow_slug, shape);
-    v_options := pgflow._apply_flow_options(flow_slug, shape);
+    v_description := pgflow._adopt_flow_description(flow_slug, shape);
+    if (v_description ->> 'kept')::boolean then
+      return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb,
+        'descriptionKept', true,
+        'summary', format('verified; kept the options and input schema adopted at %s: this description of the flow is an older one',
+          date_trunc('second', (v_description ->> 'adoptedAt')::timestamptz)));
+    end if;
+    v_options := v_description -> 'optionsUpdated';
     if jsonb_array_length(v_options) = 0 then
       return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb);
     end if;
@@ -102,7 +111,7 @@ begin
     select count(*) into v_deleted_runs from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;
     perform pgflow.delete_flow_and_data(flow_slug);
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
-    perform pgflow._store_input_schema(flow_slug, shape);
+    perform pgflow._adopt_flow_description(flow_slug, shape);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
       'differences', to_jsonb(v_differences), 'deletedRuns', v_deleted_runs,
       'summary', format('recompiled: %s run(s) deleted', v_deleted_runs));

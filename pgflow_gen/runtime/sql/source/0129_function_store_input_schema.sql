@@ -2,7 +2,7 @@
 -- with: the shape's "inputSchema" replaces the stored one. A shape without it (a worker older
 -- than engine 0006) leaves the stored schema as it is. The schema is not part of the compared
 -- shape: a new schema for the same steps is a newer description of the same flow.
--- Called by ensure_flow_compiled under the flow's definition lock.
+-- Called by _adopt_flow_description under the flow's definition lock.
 create function pgflow._store_input_schema(flow_slug text, shape jsonb)
 returns void
 language sql

@@ -3,7 +3,7 @@
 -- with no recompile. A shape without top-level "options" (a hand-written one) changes no option,
 -- the steps' neither; otherwise a step without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
 -- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
--- claimed before keep the timeout of their claim. Called by ensure_flow_compiled under the
+-- claimed before keep the timeout of their claim. Called by _adopt_flow_description under the
 -- flow's definition lock.
 create function pgflow._apply_flow_options(flow_slug text, shape jsonb)
 returns jsonb
