@@ -32,6 +32,7 @@ from pgflow_gen.runtime.flow import (
     with_step_queues,
 )
 from pgflow_gen.runtime.worker import run_main, start_worker
+from pgflow_gen.runtime.worker_config import WorkerSettings
 
 __all__ = [
     "Client",
@@ -51,6 +52,7 @@ __all__ = [
     "StepQueuedFlow",
     "TypedDict",
     "Worker",
+    "WorkerSettings",
     "run_main",
     "run_worker",
     "start_worker",

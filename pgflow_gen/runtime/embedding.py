@@ -1,7 +1,7 @@
 """Workers inside your own asyncio application (a FastAPI lifespan, a service that does more).
 
-`Worker(...)` takes what `start_worker` takes and checks it the same way, at once and before
-anything connects (`ConfigError`). Then:
+`Worker(...)` takes what `start_worker` takes (a `WorkerSettings` and its fields as keywords)
+and checks it the same way, at once and before anything connects (`ConfigError`). Then:
 
     async with Worker(STEP_QUEUED_FLOW, step_slug="classify", handler=classify):
         ...  # the worker polls in the background; leaving the block drains and stops it
@@ -24,9 +24,12 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from typing_extensions import Unpack
+
 from pgflow_gen.runtime import database, worker_config
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.worker import Handler, assignment_for
+from pgflow_gen.runtime.worker_config import SettingKeywords, WorkerSettings
 from pgflow_gen.runtime.worker_loop import WorkerLoop
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
@@ -52,11 +55,8 @@ class Worker:
         step_slug: StepSlugT,
         handler: Handler,
         database_url: str | None = None,
-        max_concurrent: int | None = None,
-        batch_size: int | None = None,
-        poll_interval: float | None = None,
-        shutdown_grace: float | None = None,
-        worker_name: str | None = None,
+        settings: WorkerSettings | None = None,
+        **keywords: Unpack[SettingKeywords],
     ) -> None: ...
 
     @overload
@@ -66,11 +66,8 @@ class Worker:
         *,
         handlers: Mapping[str, object],
         database_url: str | None = None,
-        max_concurrent: int | None = None,
-        batch_size: int | None = None,
-        poll_interval: float | None = None,
-        shutdown_grace: float | None = None,
-        worker_name: str | None = None,
+        settings: WorkerSettings | None = None,
+        **keywords: Unpack[SettingKeywords],
     ) -> None: ...
 
     def __init__(
@@ -81,22 +78,13 @@ class Worker:
         handler: Handler | None = None,
         handlers: Mapping[str, object] | None = None,
         database_url: str | None = None,
-        max_concurrent: int | None = None,
-        batch_size: int | None = None,
-        poll_interval: float | None = None,
-        shutdown_grace: float | None = None,
-        worker_name: str | None = None,
+        settings: WorkerSettings | None = None,
+        **keywords: Unpack[SettingKeywords],
     ) -> None:
         self._assignment = assignment_for(
             flow, step_slug=step_slug, handler=handler, handlers=handlers
         )
-        self._tuning = worker_config.tuning({
-            "max_concurrent": max_concurrent,
-            "batch_size": batch_size,
-            "poll_interval": poll_interval,
-            "shutdown_grace": shutdown_grace,
-            "worker_name": worker_name,
-        })  # fmt: skip
+        self._settings = worker_config.settings(settings, keywords)
         self._database_url = database_url
         self._loop: WorkerLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -117,7 +105,7 @@ class Worker:
             raise RuntimeError("This worker was started already; make a new Worker to run again.")
         url = await asyncio.to_thread(database.resolve_url, self._database_url)
         database.check_url(url)
-        self._loop = WorkerLoop(self._assignment, self._tuning, url, log)
+        self._loop = WorkerLoop(self._assignment, self._settings, url, log)
         self._task = asyncio.create_task(
             self._loop.run(handle_signals=False), name=f"pgflow worker {self._loop.name}"
         )
@@ -167,11 +155,8 @@ async def run_worker(
     step_slug: StepSlugT,
     handler: Handler,
     database_url: str | None = None,
-    max_concurrent: int | None = None,
-    batch_size: int | None = None,
-    poll_interval: float | None = None,
-    shutdown_grace: float | None = None,
-    worker_name: str | None = None,
+    settings: WorkerSettings | None = None,
+    **keywords: Unpack[SettingKeywords],
 ) -> None: ...
 
 
@@ -181,11 +166,8 @@ async def run_worker(
     *,
     handlers: Mapping[str, object],
     database_url: str | None = None,
-    max_concurrent: int | None = None,
-    batch_size: int | None = None,
-    poll_interval: float | None = None,
-    shutdown_grace: float | None = None,
-    worker_name: str | None = None,
+    settings: WorkerSettings | None = None,
+    **keywords: Unpack[SettingKeywords],
 ) -> None: ...
 
 

@@ -18,7 +18,6 @@ from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots
-from pgflow_gen.runtime.worker_config import READ_VISIBILITY
 
 
 class Poller:
@@ -30,6 +29,7 @@ class Poller:
         worker_id: uuid.UUID,
         batch_size: int,
         poll_interval: float,
+        read_visibility: int,
         link: Link[Session],
         logger: logging.Logger,
         stopping: Callable[[], bool],
@@ -39,6 +39,7 @@ class Poller:
         self.worker_id = worker_id
         self.batch_size = batch_size
         self.poll_interval = poll_interval
+        self.read_visibility = read_visibility
         self.link = link
         self.log = logger
         self.stopping = stopping
@@ -75,7 +76,7 @@ class Poller:
     async def read_and_claim(self, session: Session, wanted: int) -> int:
         """Read up to `wanted` messages, claim their tasks and start them; the number read."""
         a = self.assignment
-        ids = await session.read_messages(a.queue_name, READ_VISIBILITY, wanted)
+        ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
         if not ids:
             return 0
         claimed, archived = await session.claim_tasks(
@@ -111,15 +112,16 @@ class Poller:
         """Of the messages read but not claimed, the ones of this worker's own tasks (a handler
         still running, or a result not sent yet): reading made them visible again sooner than
         their lease said, so they get it back (the time to their timeout + 2 s, at least the
-        read's 10 s). Nothing is logged about them."""
+        read's visibility). Nothing is logged about them."""
         ours = self.slots.own_message_ids()
         own = [msg_id for msg_id in unclaimed if msg_id in ours]
         now = time.monotonic()
         deadlines = self.slots.deadlines
         offsets = [
-            max(READ_VISIBILITY, math.ceil(deadlines.get(msg_id, now) - now) + 2) for msg_id in own
+            max(self.read_visibility, math.ceil(deadlines.get(msg_id, now) - now) + 2)
+            for msg_id in own
         ]
-        extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > READ_VISIBILITY]
+        extend = [(m, o) for m, o in zip(own, offsets, strict=True) if o > self.read_visibility]
         if extend:
             await session.set_visibility(
                 self.assignment.queue_name, [m for m, _ in extend], [o for _, o in extend]

@@ -19,9 +19,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
+from typing_extensions import Unpack
+
 from pgflow_gen import naming
 from pgflow_gen.runtime import database, errors, worker_config
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.worker_config import SettingKeywords, WorkerSettings
 from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, WorkerLoop
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
@@ -46,12 +49,9 @@ def start_worker(
     step_slug: StepSlugT,
     handler: Handler,
     database_url: str | None = None,
-    max_concurrent: int | None = None,
-    batch_size: int | None = None,
-    poll_interval: float | None = None,
-    shutdown_grace: float | None = None,
-    worker_name: str | None = None,
+    settings: WorkerSettings | None = None,
     argv: Sequence[str] | None = None,
+    **keywords: Unpack[SettingKeywords],
 ) -> None: ...
 
 
@@ -62,12 +62,9 @@ def start_worker(
     # The generated `Handlers` TypedDict (one typed handler per step) is what callers pass.
     handlers: Mapping[str, object],
     database_url: str | None = None,
-    max_concurrent: int | None = None,
-    batch_size: int | None = None,
-    poll_interval: float | None = None,
-    shutdown_grace: float | None = None,
-    worker_name: str | None = None,
+    settings: WorkerSettings | None = None,
     argv: Sequence[str] | None = None,
+    **keywords: Unpack[SettingKeywords],
 ) -> None: ...
 
 
@@ -78,17 +75,15 @@ def start_worker(
     handler: Handler | None = None,
     handlers: Mapping[str, object] | None = None,
     database_url: str | None = None,
-    max_concurrent: int | None = None,
-    batch_size: int | None = None,
-    poll_interval: float | None = None,
-    shutdown_grace: float | None = None,
-    worker_name: str | None = None,
+    settings: WorkerSettings | None = None,
     argv: Sequence[str] | None = None,
+    **keywords: Unpack[SettingKeywords],
 ) -> None:
     """Run a worker until it is stopped (SIGTERM/SIGINT) or deprecated.
 
-    Settings given here are overridden by `PGFLOW_*` environment variables and, when `argv` is
-    given (generated entry files pass their command line), by `--flags`. A configuration or
+    Settings are a `WorkerSettings` (`settings`) and its fields as keywords (`max_concurrent=4`),
+    which win over it; `PGFLOW_*` environment variables win over both and, when `argv` is given
+    (generated entry files pass their command line), `--flags` over those. A configuration or
     startup problem raises a typed error (a subclass of `PgflowError`): `ConfigError` for a wrong
     step slug, handler or setting (checked before anything connects), `DatabaseError` for an
     unreachable database or a missing engine, `FlowShapeMismatchError` /
@@ -97,13 +92,8 @@ def start_worker(
     """
     with _signals_noted() as stopped_before:
         _configure_logging()
-        _run(flow, step_slug, handler, handlers, database_url, argv, stopped_before, given={
-            "max_concurrent": max_concurrent,
-            "batch_size": batch_size,
-            "poll_interval": poll_interval,
-            "shutdown_grace": shutdown_grace,
-            "worker_name": worker_name,
-        })  # fmt: skip
+        _run(flow, step_slug, handler, handlers, database_url, argv, stopped_before,
+             settings, keywords)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -170,14 +160,15 @@ def _run(
     database_url: str | None,
     argv: Sequence[str] | None,
     stopped_before: Sequence[str],
-    given: dict[str, Any],
+    base: WorkerSettings | None,
+    keywords: Mapping[str, Any],
 ) -> None:
     assignment = assignment_for(flow, step_slug=step_slug, handler=handler, handlers=handlers)
     overrides = worker_config.overrides(
         argv or (), os.environ, serves=assignment.describe(), prog=_entry_command()
     )
     url_override = overrides.pop("database_url", None)
-    tuning = worker_config.tuning(given, overrides)
+    settings = worker_config.settings(base, keywords, overrides)
     if not _started.acquire(blocking=False):
         raise errors.ConfigError(
             "start_worker was already called in this process.",
@@ -187,7 +178,7 @@ def _run(
         url = database.resolve_url(url_override or database_url)
         database.check_url(url)
         _report_imports(os.environ.get(DEV_IMPORTS_VARIABLE))
-        worker = WorkerLoop(assignment, tuning, url, log)
+        worker = WorkerLoop(assignment, settings, url, log)
         asyncio.run(worker.run(stopped_before))
     finally:
         _started.release()

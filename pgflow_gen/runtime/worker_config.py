@@ -1,36 +1,49 @@
-"""A worker's settings: what the entry file passes, overridden by `PGFLOW_*` variables and flags.
+"""A worker's settings: one typed object, `WorkerSettings`, given to `start_worker`, `Worker`,
+`run_worker` and the testing kit, and overridden by `PGFLOW_*` variables and flags.
 
 Precedence, strongest first: command-line flags (`--max-concurrent 8`), environment variables
-(`PGFLOW_MAX_CONCURRENT=8`), the values in the entry file's `start_worker(...)` call, defaults.
-Everything is checked before the worker connects anywhere.
+(`PGFLOW_MAX_CONCURRENT=8`), keywords of the call (`start_worker(..., max_concurrent=4)`), its
+`settings` object, defaults. Everything is checked before the worker connects anywhere. The
+heartbeat is not a worker setting: it is part of the liveness rule every worker, coverage
+report and stall sweep shares, set per database (`runtime/liveness.py`).
 
 >>> overrides(["--max-concurrent", "8"], {"PGFLOW_POLL_INTERVAL": "2.5"})
 {'poll_interval': 2.5, 'max_concurrent': 8}
+>>> settings(WorkerSettings(batch_size=50), {"max_concurrent": 4}).batch_size
+50
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pgflow_gen.runtime import errors
+from typing_extensions import TypedDict
 
-#: Seconds a read message stays hidden until the claim sets its real lease (timeout + 2 s).
-READ_VISIBILITY = 10
+from pgflow_gen.runtime import errors
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """The tunable numbers of a worker."""
+class WorkerSettings:
+    """How a worker runs: every field has a default, each is checked when the object is made
+    (`ConfigError`), and each has a `PGFLOW_<NAME>` variable and a `--<name>` flag that win over
+    it in a generated entry file (docs/workers.md, "Settings")."""
 
+    #: Handlers in flight at once.
     max_concurrent: int = 10
+    #: Most messages read per poll.
     batch_size: int = 10
+    #: Seconds an idle worker sleeps when nothing wakes it.
     poll_interval: float = 5.0
+    #: Seconds running handlers may finish after SIGTERM/SIGINT or a stop.
     shutdown_grace: float = 30.0
+    #: The name in pgflow.workers and `pgflow-gen workers` (None: <flow>-<step>).
     worker_name: str | None = None
+    #: Wake on PGMQ insert notifications (off: poll every poll_interval).
     notifications: bool = True
     #: Seconds between stall-recovery sweeps (one worker at a time across all workers runs one).
     recovery_interval: float = 15.0
@@ -38,6 +51,30 @@ class Tuning:
     prepared_statements: bool = True
     #: Check every output against its step's output type (off: for outputs too large to check).
     check_outputs: bool = True
+    #: Seconds a starting worker keeps trying to reach the database before it gives up.
+    connect_timeout: float = 30.0
+    #: Seconds a read message stays hidden until its claim sets the real lease (the step's
+    #: timeout and 2 s); a message the claim does not take shows again after this.
+    read_visibility: int = 10
+
+    def __post_init__(self) -> None:
+        check(dataclasses.asdict(self))
+
+
+class SettingKeywords(TypedDict, total=False):
+    """`WorkerSettings`' fields as keywords of `start_worker`, `Worker` and `run_worker`."""
+
+    max_concurrent: int | None
+    batch_size: int | None
+    poll_interval: float | None
+    shutdown_grace: float | None
+    worker_name: str | None
+    notifications: bool | None
+    recovery_interval: float | None
+    prepared_statements: bool | None
+    check_outputs: bool | None
+    connect_timeout: float | None
+    read_visibility: int | None
 
 
 @dataclass(frozen=True)
@@ -96,6 +133,14 @@ _OPTIONS = (
         "check_outputs", _flag, lambda v: True, "on or off",
         "check every handler output against its step's output type, on or off (default: on)",
     ),
+    _Option(
+        "connect_timeout", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0",
+        "seconds a starting worker keeps trying to reach the database (default: 30)",
+    ),
+    _Option(
+        "read_visibility", int, lambda v: v >= 1, "a whole number of at least 1",
+        "seconds a read message stays hidden until its claim sets its lease (default: 10)",
+    ),
 )  # fmt: skip
 
 
@@ -153,13 +198,29 @@ def overrides(
     return found
 
 
-def tuning(given: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Tuning:
-    """The settings given in code (None: the default), with `overrides` (environment and
-    command line) winning, checked (ConfigError) and made a `Tuning`."""
-    settings = {key: value for key, value in given.items() if value is not None}
-    settings.update(overrides or {})
-    check(settings)
-    return Tuning(**settings)
+def settings(
+    base: WorkerSettings | None,
+    keywords: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+) -> WorkerSettings:
+    """`base` (None: the defaults) with the `keywords` of a call that are not None, then
+    `overrides` (environment and command line), checked: ConfigError for an unknown keyword
+    or a wrong value."""
+    known = {f.name for f in dataclasses.fields(WorkerSettings)}
+    unknown = sorted(set(keywords) - known)
+    if unknown:
+        raise errors.ConfigError(
+            f"Unknown worker setting {unknown[0]!r}.",
+            hint="Worker settings are " + ", ".join(sorted(known)) + " (docs/workers.md).",
+        )
+    if base is not None and not isinstance(base, WorkerSettings):
+        raise errors.ConfigError(
+            f"settings must be a WorkerSettings, got {type(base).__name__}.",
+            hint="from pgflow_gen.runtime import WorkerSettings",
+        )
+    changes = {key: value for key, value in keywords.items() if value is not None}
+    changes.update(overrides or {})
+    return dataclasses.replace(base or WorkerSettings(), **changes)
 
 
 def check(values: Mapping[str, Any]) -> None:

@@ -47,12 +47,10 @@ from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.supervision import Supervisor
 from pgflow_gen.runtime.task_runner import ClaimedTask
-from pgflow_gen.runtime.worker_config import Tuning
+from pgflow_gen.runtime.worker_config import WorkerSettings
 
-__all__ = ["HANDLER_THREAD_PREFIX", "STARTUP_CONNECT_S", "Assignment", "WorkerLoop"]
+__all__ = ["HANDLER_THREAD_PREFIX", "Assignment", "WorkerLoop"]
 
-#: How long a starting worker waits for its database before giving up.
-STARTUP_CONNECT_S = 30.0
 #: How long results that cannot be sent keep their tasks' leases: past it stall recovery may run
 #: those tasks again elsewhere (their late results then change nothing), so a result the
 #: database keeps refusing for an unknown reason never holds its task for ever.
@@ -65,7 +63,7 @@ class WorkerLoop:
     def __init__(
         self,
         assignment: Assignment,
-        tuning: Tuning,
+        settings: WorkerSettings,
         database_url: str,
         logger: logging.Logger,
         connect: Connector | None = None,
@@ -73,10 +71,10 @@ class WorkerLoop:
         """`connect` opens a database session (default: psycopg on `database_url`); the unit
         tests pass an in-memory fake. Handlers' own `ctx.connection` uses `database_url`."""
         self.assignment = assignment
-        self.tuning = tuning
+        self.settings = settings
         self.log = logger
         self.worker_id = uuid.uuid4()
-        self.name = tuning.worker_name or (
+        self.name = settings.worker_name or (
             f"{assignment.flow.slug}-{assignment.step_slug}"
             if assignment.step_slug
             else assignment.flow.slug
@@ -84,24 +82,24 @@ class WorkerLoop:
         #: Set once the worker has compiled its flow and registered, and polls.
         self.started = asyncio.Event()
         # psycopg prepares a statement after 5 executions; None turns that off (PgBouncer).
-        prepare: int | None = 5 if tuning.prepared_statements else None
+        prepare: int | None = 5 if settings.prepared_statements else None
         self._connect: Connector = connect or functools.partial(
             PsycopgSession.connect, database_url, prepare
         )
         self.slots = Slots(
             flow=assignment.flow,
             handlers=assignment.handlers,
-            max_concurrent=tuning.max_concurrent,
+            max_concurrent=settings.max_concurrent,
             worker_id=self.worker_id,
             name=self.name,
             database_url=database_url,
             prepare_threshold=prepare,
             logger=logger,
-            check_outputs=tuning.check_outputs,
+            check_outputs=settings.check_outputs,
         )
         self._draining = False
         self._deadline = 0.0
-        self._notifications = tuning.notifications
+        self._notifications = settings.notifications
         #: The engine's liveness rule, read at startup.
         self.liveness: Liveness = DEFAULT
         #: The heartbeat, once the worker serves (the tests watch its beats).
@@ -130,7 +128,7 @@ class WorkerLoop:
                 self._notifications = await self._enable_notifications(first)
             else:
                 self.log.info(
-                    "insert notifications off; polling every %.2f s", self.tuning.poll_interval
+                    "insert notifications off; polling every %.2f s", self.settings.poll_interval
                 )
             try:
                 await self._register(first)
@@ -147,7 +145,7 @@ class WorkerLoop:
             self.name,
             self.assignment.describe(),
             self.worker_id,
-            self.tuning.max_concurrent,
+            self.settings.max_concurrent,
         )
         await self._serve(first)
         self.log.info("worker %s stopped", self.name)
@@ -163,8 +161,9 @@ class WorkerLoop:
             slots=self.slots,
             assignment=self.assignment,
             worker_id=self.worker_id,
-            batch_size=self.tuning.batch_size,
-            poll_interval=self.tuning.poll_interval,
+            batch_size=self.settings.batch_size,
+            poll_interval=self.settings.poll_interval,
+            read_visibility=self.settings.read_visibility,
             link=poll_link,
             logger=self.log,
             stopping=lambda: self._draining,
@@ -173,7 +172,7 @@ class WorkerLoop:
             slots=self.slots,
             worker_id=self.worker_id,
             name=self.name,
-            recovery_interval=self.tuning.recovery_interval,
+            recovery_interval=self.settings.recovery_interval,
             link=report_link,
             logger=self.log,
             draining=lambda: self._draining,
@@ -270,10 +269,10 @@ class WorkerLoop:
                 self.name,
                 reason,
                 len(self.slots.inflight),
-                self.tuning.shutdown_grace,
+                self.settings.shutdown_grace,
             )
             self._draining = True
-            self._deadline = time.monotonic() + self.tuning.shutdown_grace
+            self._deadline = time.monotonic() + self.settings.shutdown_grace
             self.slots.shutdown.set()
         self.slots.wake_poll.set()
 
@@ -292,7 +291,7 @@ class WorkerLoop:
     async def _connect_for_startup(self) -> Session | None:
         """Connect, retrying for a while: a worker may start a little before its database.
         None when the worker is stopped before it has connected."""
-        deadline = time.monotonic() + STARTUP_CONNECT_S
+        deadline = time.monotonic() + self.settings.connect_timeout
         backoff = 0.25
         while not self._draining:
             try:
@@ -344,13 +343,13 @@ class WorkerLoop:
             self.log.warning(
                 "cannot enable PGMQ insert notifications (%s); polling every %.1f s",
                 primary_message(exc),
-                self.tuning.poll_interval,
+                self.settings.poll_interval,
             )
             return False
         if not enabled:
             self.log.info(
                 "PGMQ has no insert notifications here; polling every %.1f s",
-                self.tuning.poll_interval,
+                self.settings.poll_interval,
             )
         return enabled
 

@@ -10,6 +10,7 @@ import psycopg
 
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.worker_config import WorkerSettings
 from pgflow_gen.testing import runner
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
@@ -39,6 +40,7 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: InputT,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -49,6 +51,7 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: InputT,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[OutputT]: ...
 
     def run_flow(
@@ -58,6 +61,7 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: Any,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[Any]:
         """Run `flow` with `input` to its end in this process, through the real engine, and
         return the finished run (`status`, `output`, and for a failed run `failure`).
@@ -67,7 +71,8 @@ class FlowDatabase:
         as with workers. `handlers` maps every step slug to its handler: annotate it with the
         flow's generated `Handlers` TypedDict and mypy checks each one. Raises ConfigError
         (handlers do not match the steps), InvalidRunInputError (no run started),
-        RunStuckError, or TimeoutError after `timeout` seconds. In an async test, await
+        RunStuckError, or TimeoutError after `timeout` seconds. `settings` (a `WorkerSettings`)
+        turn off the output check as for workers (`check_outputs=False`). In an async test, await
         `run_flow_async` instead.
         """
         try:
@@ -80,7 +85,9 @@ class FlowDatabase:
                 " pgflow.run_flow_async(...) in an async test."
             )
         return asyncio.run(
-            runner.run_flow_async(self.url, flow, handlers=handlers, input=input, timeout=timeout)
+            runner.run_flow_async(
+                self.url, flow, handlers=handlers, input=input, timeout=timeout, settings=settings
+            )
         )
 
     @overload
@@ -91,6 +98,7 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: InputT,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -101,6 +109,7 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: InputT,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[OutputT]: ...
 
     async def run_flow_async(
@@ -110,8 +119,9 @@ class FlowDatabase:
         handlers: Mapping[str, object],
         input: Any,
         timeout: float = 60.0,
+        settings: WorkerSettings | None = None,
     ) -> Run[Any]:
         """`run_flow` for async tests: the same run, awaited on the test's event loop."""
         return await runner.run_flow_async(
-            self.url, flow, handlers=handlers, input=input, timeout=timeout
+            self.url, flow, handlers=handlers, input=input, timeout=timeout, settings=settings
         )

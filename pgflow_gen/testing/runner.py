@@ -24,14 +24,14 @@ import psycopg
 from psycopg import sql
 
 from pgflow_gen import naming
-from pgflow_gen.runtime import errors, queries, startup
+from pgflow_gen.runtime import errors, queries, startup, worker_config
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import PsycopgSession
 from pgflow_gen.runtime.task_runner import Handler, run_task
 from pgflow_gen.runtime.worker import assignment_for
-from pgflow_gen.runtime.worker_config import READ_VISIBILITY
+from pgflow_gen.runtime.worker_config import WorkerSettings
 
 log = logging.getLogger("pgflow_gen.testing")
 
@@ -60,14 +60,18 @@ async def run_flow_async(
     handlers: Mapping[str, object],
     input: Any,
     timeout: float = 60.0,
+    settings: WorkerSettings | None = None,
 ) -> Run[Any]:
     """Run `flow` with `input` to its end in this process and return the finished run.
 
     `handlers` maps every step slug to its handler (the generated `Handlers` TypedDict).
+    `settings` are a worker's; the ones that apply to tasks run here are `check_outputs` and
+    `read_visibility` (tasks run one at a time, with no polling).
     Raises ConfigError for handlers that do not match the steps, InvalidRunInputError for a
     wrong input (no run started), RunStuckError, or TimeoutError after `timeout` seconds.
     """
     plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+    settings = worker_config.settings(settings, {})
     checked = assignment_for(plain, step_slug=None, handler=None, handlers=handlers)
     route_map: list[Mapping[str, str]]
     if isinstance(flow, StepQueuedFlow):
@@ -88,7 +92,7 @@ async def run_flow_async(
             )
         client = Client(database_url)
         started = await asyncio.to_thread(client.start_flow, plain, input)
-        runner = _Runner(session, database_url, plain, checked.handlers, started.run_id)
+        runner = _Runner(session, database_url, plain, checked.handlers, started.run_id, settings)
         try:
             await runner.run_to_end(queues, deadline)
         finally:
@@ -106,6 +110,7 @@ class _Runner:
         flow: Flow[Any, Any, Any],
         handlers: Mapping[str, Handler],
         run_id: uuid.UUID,
+        settings: WorkerSettings,
     ) -> None:
         self.session = session
         self.conn = session.conn
@@ -114,7 +119,8 @@ class _Runner:
         self.handlers = handlers
         self.run_id = run_id
         self.roots = startup.takes_run_input(flow)
-        self.output_checks = startup.output_checks(flow)
+        self.output_checks = startup.output_checks(flow) if settings.check_outputs else {}
+        self.read_visibility = settings.read_visibility
         # Tasks run one at a time; more threads only so that a sync handler abandoned at its
         # timeout (its thread cannot be stopped) does not hold up the next task.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pgflow-test")
@@ -149,7 +155,7 @@ class _Runner:
         return str(row[0]) if row else "missing"
 
     async def _run_ready_tasks(self, queue: _Queue) -> int:
-        ids = await self.session.read_messages(queue.name, READ_VISIBILITY, _BATCH)
+        ids = await self.session.read_messages(queue.name, self.read_visibility, _BATCH)
         if not ids:
             return 0
         claimed, _archived = await self.session.claim_tasks(

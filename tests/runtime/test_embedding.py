@@ -16,10 +16,10 @@ from pgflow_gen.runtime import (
     Flow,
     Step,
     Worker,
+    WorkerSettings,
     errors,
     run_worker,
     with_step_queues,
-    worker_loop,
 )
 
 FLOW: Flow[str, dict[str, int], Any] = Flow(
@@ -98,20 +98,20 @@ def test_configuration_mistakes_raise_before_anything_starts() -> None:
         Worker(FLOW, handlers={"double": double, "plus": plus}, max_concurrent=0)
 
 
-def test_startup_errors_are_raised_by_start(
-    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_startup_errors_are_raised_by_start(empty_db_url: str) -> None:
     async def main() -> None:
         async with Worker(QUEUED, step_slug="double", handler=double, database_url=empty_db_url):
             raise AssertionError("never started")
 
     with pytest.raises(errors.DatabaseError, match="no pgflow engine"):
         asyncio.run(main())
-    monkeypatch.setattr(worker_loop, "STARTUP_CONNECT_S", 0.3)
     nowhere = "postgresql://nobody@127.0.0.1:1/x?connect_timeout=1"
+    quick = WorkerSettings(connect_timeout=0.3)
     with pytest.raises(errors.DatabaseError, match="cannot connect"):
         asyncio.run(
-            Worker(QUEUED, step_slug="double", handler=double, database_url=nowhere).start()
+            Worker(
+                QUEUED, step_slug="double", handler=double, database_url=nowhere, settings=quick
+            ).start()
         )
 
 

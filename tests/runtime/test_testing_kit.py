@@ -19,6 +19,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     TypedDict,
+    WorkerSettings,
     errors,
     with_step_queues,
 )
@@ -188,6 +189,14 @@ def test_an_output_of_the_wrong_type_fails_every_attempt(pgflow: FlowDatabase) -
         'step "total" task 0, attempt 2: OutputValidationError: Step "total" returned an output'
         " that does not match its type: $.total: expected number, got string."
     )
+    # Turned off as for a worker, the output is stored as the handler returned it.
+    unchecked = pgflow.run_flow(
+        typed,
+        handlers={"total": total},
+        input=None,
+        settings=WorkerSettings(check_outputs=False),
+    )
+    assert (unchecked.status, unchecked.output) == ("completed", {"total": {"total": "nine"}})
 
 
 def test_wrong_handlers_and_a_wrong_input_start_nothing(pgflow: FlowDatabase) -> None:

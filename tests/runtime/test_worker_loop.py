@@ -15,7 +15,7 @@ import pytest
 
 from pgflow_gen.runtime import Flow, Step, startup, with_step_queues, worker_loop
 from pgflow_gen.runtime.worker import assignment_for
-from pgflow_gen.runtime.worker_config import Tuning
+from pgflow_gen.runtime.worker_config import WorkerSettings
 from tests.runtime.fake_session import FakeEngine
 
 FLOW: Flow[str, Any, Any] = Flow(slug="fake", steps=(Step(slug="work"),))
@@ -37,7 +37,7 @@ def worker(engine: FakeEngine, handler: Any, **tuning: Any) -> worker_loop.Worke
     settings = {"poll_interval": 0.02, "notifications": False, "shutdown_grace": 5.0, **tuning}
     assignment = assignment_for(QUEUED, step_slug="work", handler=handler, handlers=None)
     return worker_loop.WorkerLoop(
-        assignment, Tuning(**settings), "postgresql://unused", LOG, connect=engine.connect
+        assignment, WorkerSettings(**settings), "postgresql://unused", LOG, connect=engine.connect
     )
 
 
@@ -225,7 +225,7 @@ def test_outputs_are_checked_against_their_type_unless_turned_off(check_outputs:
         with_step_queues(typed), step_slug="work", handler=lambda v, ctx, /: {"not": "a string"},
         handlers=None,
     )  # fmt: skip
-    tuning = Tuning(poll_interval=0.02, notifications=False, check_outputs=check_outputs)
+    tuning = WorkerSettings(poll_interval=0.02, notifications=False, check_outputs=check_outputs)
 
     async def main() -> None:
         loop = worker_loop.WorkerLoop(

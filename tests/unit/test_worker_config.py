@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +20,9 @@ from pgflow_gen.runtime import (
     run_main,
     with_step_queues,
     worker_config,
-    worker_loop,
 )
 from pgflow_gen.runtime.worker import assignment_for, start_worker
-from pgflow_gen.runtime.worker_config import Tuning, check, overrides
+from pgflow_gen.runtime.worker_config import WorkerSettings, check, overrides
 
 
 def handler(value: Any, ctx: Any, /) -> Any:
@@ -46,7 +47,7 @@ def test_flags_win_over_environment_variables() -> None:
         "notifications": False,
         "database_url": "postgresql://x/y",
     }
-    Tuning(**{k: v for k, v in found.items() if k != "database_url"})
+    WorkerSettings(**{k: v for k, v in found.items() if k != "database_url"})
 
 
 @pytest.mark.parametrize(
@@ -68,6 +69,52 @@ def test_bad_values_are_config_errors_naming_their_source(
 def test_values_given_in_code_are_checked_too() -> None:
     with pytest.raises(errors.ConfigError, match="max_concurrent=0"):
         check({"max_concurrent": 0})
+
+
+def test_a_settings_object_is_checked_when_it_is_made() -> None:
+    with pytest.raises(errors.ConfigError, match=r"connect_timeout=0\b") as raised:
+        WorkerSettings(connect_timeout=0)
+    assert raised.value.hint == "connect_timeout must be seconds above 0."
+    assert WorkerSettings(poll_interval=1).poll_interval == 1
+
+
+def test_keywords_win_over_the_settings_object_and_overrides_over_both() -> None:
+    base = WorkerSettings(max_concurrent=4, batch_size=50, check_outputs=False)
+    merged = worker_config.settings(
+        base, {"max_concurrent": 8, "batch_size": None}, {"max_concurrent": 2}
+    )
+    assert merged == WorkerSettings(max_concurrent=2, batch_size=50, check_outputs=False)
+    assert worker_config.settings(None, {}) == WorkerSettings()
+
+
+def test_an_unknown_setting_or_a_settings_of_another_type_is_a_config_error() -> None:
+    with pytest.raises(errors.ConfigError, match="Unknown worker setting 'max_concurent'") as bad:
+        worker_config.settings(None, {"max_concurent": 3})
+    assert bad.value.hint == (
+        "Worker settings are batch_size, check_outputs, connect_timeout, max_concurrent,"
+        " notifications, poll_interval, prepared_statements, read_visibility,"
+        " recovery_interval, shutdown_grace, worker_name (docs/workers.md)."
+    )
+    with pytest.raises(errors.ConfigError, match="settings must be a WorkerSettings, got dict"):
+        worker_config.settings({"max_concurrent": 3}, {})  # type: ignore[arg-type]
+
+
+def test_every_setting_has_a_variable_and_a_flag() -> None:
+    fields = {f.name for f in dataclasses.fields(WorkerSettings)}
+    environ = {f"PGFLOW_{name.upper()}": "3" for name in fields - {"notifications",
+               "prepared_statements", "check_outputs", "worker_name"}}  # fmt: skip
+    assert set(overrides([], environ)) == fields - {
+        "notifications",
+        "prepared_statements",
+        "check_outputs",
+        "worker_name",
+    }
+    flags = [f"--{name.replace('_', '-')}=on" for name in
+             ("notifications", "prepared_statements", "check_outputs")]  # fmt: skip
+    assert overrides([*flags, "--worker-name", "w"], {}) == {
+        "notifications": True, "prepared_statements": True, "check_outputs": True,
+        "worker_name": "w",
+    }  # fmt: skip
 
 
 def test_a_step_worker_gets_its_own_queue_and_the_complete_route_map() -> None:
@@ -151,6 +198,17 @@ def _no_connection_attempted(listener: socket.socket) -> bool:
             lambda url: start_worker(FLOW, handlers=BOTH, database_url=url, max_concurrent=0),
             "Invalid worker setting max_concurrent=0.",
         ),
+        (
+            lambda url: start_worker(FLOW, handlers=BOTH, database_url=url, max_concurent=3),  # type: ignore[call-overload]
+            "Unknown worker setting 'max_concurent'.",
+        ),
+        (
+            lambda url: start_worker(
+                FLOW, handlers=BOTH, database_url=url,
+                settings=WorkerSettings(batch_size=5), batch_size=0,
+            ),
+            "Invalid worker setting batch_size=0.",
+        ),
     ],
 )  # fmt: skip
 def test_start_worker_raises_config_errors_before_connecting(
@@ -163,10 +221,7 @@ def test_start_worker_raises_config_errors_before_connecting(
     assert _no_connection_attempted(listener)
 
 
-def test_start_worker_raises_database_error_for_an_unreachable_database(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(worker_loop, "STARTUP_CONNECT_S", 0.5)
+def test_start_worker_raises_database_error_for_an_unreachable_database() -> None:
     with socket.socket() as closed:  # a port nobody listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
@@ -175,6 +230,7 @@ def test_start_worker_raises_database_error_for_an_unreachable_database(
             FLOW,
             handlers={"fetch": handler, "store": handler},
             database_url=f"postgresql://nobody@127.0.0.1:{port}/x",
+            connect_timeout=0.5,
         )
     # The error ended that call only: the process may call start_worker again.
     with pytest.raises(errors.ConfigError, match="needs a step_slug"):
@@ -236,3 +292,14 @@ def test_a_sigterm_while_the_worker_starts_stops_it_cleanly_without_connecting(
     )
     assert _no_connection_attempted(listener)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_docs_workers_md_lists_every_setting_with_its_flag_variable_and_default() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "workers.md").read_text()
+    table = doc.split("| setting | flag | environment variable | default | meaning |", 1)[1]
+    rows = [row.split("|")[1:5] for row in table.split("\n\n", 1)[0].splitlines()[2:]]
+    listed = {cells[0].strip().strip("`"): cells for cells in rows}
+    assert set(listed) == {f.name for f in dataclasses.fields(WorkerSettings)}
+    for name, (_, flag, variable, _default) in listed.items():
+        assert flag.strip() == f"`--{name.replace('_', '-')}`"
+        assert variable.strip() == f"`PGFLOW_{name.upper()}`"
