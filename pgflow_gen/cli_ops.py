@@ -152,8 +152,8 @@ def _start(args: argparse.Namespace) -> int:
     print(f"started run {run_id} of {args.flow_slug}")
     if not args.wait:
         return EXIT_OK
-    client = Client(database.resolve_url(args.database_url))
-    run = _wait_with_progress(client, run_id, args.timeout)
+    with Client(database.resolve_url(args.database_url), pool_size=1) as client:
+        run = _wait_with_progress(client, run_id, args.timeout)
     if run.status == "completed":
         print(f"completed: {json.dumps(run.output)}")
         return EXIT_OK

@@ -4,20 +4,29 @@
 >>> run = Client().start_flow(FLOW, {"first": "Ada", "last": "Lovelace"})  # doctest: +SKIP
 >>> run.wait(timeout=30).output                                 # doctest: +SKIP
 {'greeting': 'Hello, Ada Lovelace!'}
+
+A Client keeps a small pool of connections (psycopg_pool) for its short calls, opened as calls
+need them; `Run.wait` listens on a connection of its own. `close()` (or `with Client() as
+client:`) releases them at once; otherwise they go when the Client is garbage collected.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
+import threading
 import time
 import uuid
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
 
 import psycopg
+import psycopg_pool
 import pydantic
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
@@ -33,6 +42,12 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 RunStatus = Literal["started", "completed", "failed"]
+
+#: Connections a Client keeps at most (opened as calls need them, closed after POOL_IDLE_S idle).
+POOL_SIZE = 4
+POOL_IDLE_S = 300.0
+#: How long a call waits for a pooled connection (the database restarting, every one in use).
+POOL_WAIT_S = 10.0
 
 
 class RunNotFoundError(errors.PgflowError):
@@ -138,23 +153,36 @@ class Run(Generic[OutputT]):
         run cannot go on until one starts. A caller that asks repeatedly passes its own
         connection."""
         if conn is None:
-            with self.client.connect() as own:
-                return self.unserved_steps(freshness, conn=own)
+            with self.client.connection() as pooled:
+                return self.unserved_steps(freshness, conn=pooled)
         with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
             return cur.execute(queries.UNSERVED_STEPS, (freshness, self.run_id)).fetchall()
 
 
 class Client:
-    """Starts and reads runs. The database: `database_url`, else the environment (see docs)."""
+    """Starts and reads runs. The database: `database_url`, else the environment (see docs).
 
-    def __init__(self, database_url: str | None = None) -> None:
+    Safe to share between threads; `pool_size` connections at most are open at once.
+    """
+
+    def __init__(self, database_url: str | None = None, *, pool_size: int = POOL_SIZE) -> None:
+        if pool_size < 1:
+            raise errors.ConfigError(
+                f"Invalid pool_size={pool_size!r}.", hint="pool_size must be at least 1."
+            )
         self._database_url = database_url
+        self._pool_size = pool_size
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._lock = threading.Lock()
 
     @functools.cached_property
     def url(self) -> str:
         return database.resolve_url(self._database_url)
 
     def connect(self) -> psycopg.Connection[Any]:
+        """A new connection of the caller's own (autocommit), for a long-lived use such as
+        LISTEN; short calls use `connection()`."""
         try:
             return psycopg.connect(self.url, autocommit=True)
         except psycopg.Error as exc:
@@ -168,6 +196,65 @@ class Client:
                 detail=str(exc).strip(),
                 hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL is up.",
             ) from exc
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit) for the statements of one call. A connection the
+        database dropped (a restart, an idle timeout) is replaced before it is handed out."""
+        pool = self._open_pool()
+        try:
+            with pool.connection(timeout=POOL_WAIT_S) as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise errors.DatabaseError(
+                "Cannot connect to the database.",
+                detail=f"No connection within {POOL_WAIT_S:g} s: {exc}",
+                hint="Check that PostgreSQL is up; the client connects again once it is.",
+            ) from exc
+
+    def close(self) -> None:
+        """Close the pooled connections now. A later call opens new ones."""
+        with self._lock:
+            closer, self._pool, self._closer = self._closer, None, None
+        if closer is not None:
+            closer()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _open_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            # The pool connects in the background and only says "timeout" when it cannot; one
+            # connection first says at once what is wrong (a bad URL, a server that is down).
+            self.connect().close()
+            pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
+                psycopg_pool.ConnectionPool(
+                    self.url,
+                    min_size=0,
+                    max_size=self._pool_size,
+                    max_idle=POOL_IDLE_S,
+                    # Unprepared, as a connection per call was: safe behind any PgBouncer.
+                    kwargs={"autocommit": True, "prepare_threshold": None},
+                    check=psycopg_pool.ConnectionPool.check_connection,
+                    name="pgflow-gen client",
+                    num_workers=1,
+                    open=False,
+                )
+            )
+            pool.open()
+            self._closer = weakref.finalize(self, pool.close)
+            self._pool = pool
+            return pool
 
     @overload
     def start_flow(
@@ -201,7 +288,7 @@ class Client:
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         validate_input(plain, input)
-        with self.connect() as conn:
+        with self.connection() as conn:
             try:
                 row = conn.execute(
                     queries.START_FLOW, (plain.slug, Jsonb(input), run_id)
@@ -213,7 +300,7 @@ class Client:
             return self.read_run(conn, row[0])
 
     def get_run(self, run_id: uuid.UUID) -> Run[Any]:
-        with self.connect() as conn:
+        with self.connection() as conn:
             return self.read_run(conn, run_id)
 
     def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]:

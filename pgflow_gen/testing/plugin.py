@@ -33,4 +33,6 @@ def pgflow_template(pgflow_server_url: str) -> str:
 def pgflow(pgflow_server_url: str, pgflow_template: str) -> Iterator[FlowDatabase]:
     """A fresh database with the engine for this test, and `run_flow` to run flows in it."""
     with databases.fresh_database(pgflow_server_url, pgflow_template) as url:
-        yield FlowDatabase(url)
+        database = FlowDatabase(url)
+        yield database
+        database.client.close()

@@ -90,16 +90,18 @@ async def run_flow_async(
             await session.register_worker(
                 queue.worker_id, queue.name, "in-process", plain.slug, queue.step_slug
             )
-        client = Client(database_url)
-        started = await asyncio.to_thread(client.start_flow, plain, input)
-        runner = _Runner(session, database_url, plain, checked.handlers, started.run_id, settings)
-        try:
-            await runner.run_to_end(queues, deadline)
-        finally:
-            runner.close()
-            for queue in queues:
-                await session.mark_stopped(queue.worker_id)
-    return await asyncio.to_thread(client.get_run, started.run_id)
+        with Client(database_url, pool_size=1) as client:
+            started = await asyncio.to_thread(client.start_flow, plain, input)
+            runner = _Runner(
+                session, database_url, plain, checked.handlers, started.run_id, settings
+            )
+            try:
+                await runner.run_to_end(queues, deadline)
+            finally:
+                runner.close()
+                for queue in queues:
+                    await session.mark_stopped(queue.worker_id)
+            return await asyncio.to_thread(client.get_run, started.run_id)
 
 
 class _Runner:

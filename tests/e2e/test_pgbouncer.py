@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
 
+from pgflow_gen.runtime import Client
 from tests.e2e.harness import Db, Workers, eventually
+from tests.e2e.project.app.pgflow import e2e_plain
 
 pytestmark = pytest.mark.pgbouncer
 
@@ -88,3 +91,15 @@ def test_workers_behind_a_transaction_pooler_complete_every_run(
             assert "insert notifications off" in worker.log()
     finally:
         workers.close()
+
+
+def test_a_client_behind_a_transaction_pooler_reuses_its_connections(
+    bouncer_url: str, db: Db
+) -> None:
+    # Its pooled connections run each statement many times, unprepared (test_client.py checks
+    # that): PgBouncer before 1.21 in transaction mode cannot keep prepared statements.
+    flow = e2e_plain.FLOW
+    db.value("select pgflow.ensure_flow_compiled(%s, %s)", flow.slug, Jsonb(flow.shape()))
+    with Client(bouncer_url, pool_size=1) as client:
+        runs = [client.start_flow(flow, e2e_plain.Input(name=f"n{n}")) for n in range(12)]
+        assert [client.get_run(run.run_id).status for run in runs] == ["started"] * 12

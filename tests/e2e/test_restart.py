@@ -9,9 +9,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import embedded, migrations
+from pgflow_gen.runtime import Client, embedded, migrations
+from pgflow_gen.runtime.errors import DatabaseError
 from tests.e2e.harness import Db, Workers, eventually
+from tests.e2e.project.app.pgflow import e2e_plain
 
 
 @pytest.fixture
@@ -101,3 +104,23 @@ def test_sigterm_stops_a_worker_still_waiting_for_its_database(
     assert "worker e2ePlain stopped before it started" in log
     assert "ERROR" not in log
     assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_a_client_keeps_working_across_a_postgresql_restart(
+    own_server: embedded.EmbeddedServer,
+) -> None:
+    url = own_server.url()
+    flow = e2e_plain.FLOW
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("select pgflow.ensure_flow_compiled(%s, %s)", (flow.slug, Jsonb(flow.shape())))
+    with Client(url) as client:
+        before = client.start_flow(flow, e2e_plain.Input(name="before"))
+        own_server.stop()
+        with pytest.raises(DatabaseError, match="Cannot connect to the database"):
+            client.get_run(before.run_id)
+        own_server.ensure_started()
+        # The pooled connection died with the server: the next call gets a new one.
+        after = client.start_flow(flow, e2e_plain.Input(name="after"))
+        assert client.get_run(before.run_id).status == "started"
+        assert after.run_id != before.run_id

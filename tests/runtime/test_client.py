@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any, NotRequired
 
 import psycopg
@@ -21,7 +22,9 @@ from pgflow_gen.runtime import (
     StepFailure,
     with_step_queues,
 )
-from pgflow_gen.runtime.errors import DatabaseError
+from pgflow_gen.runtime.client import POOL_SIZE
+from pgflow_gen.runtime.errors import ConfigError, DatabaseError
+from tests.e2e.harness import eventually
 from tests.engine import Engine
 
 
@@ -40,9 +43,29 @@ FLOW: Flow[Any, GreetInput, Any] = Flow(
 
 
 @pytest.fixture
-def client(conn: psycopg.Connection[Any], db_url: str) -> Client:
+def client(conn: psycopg.Connection[Any], db_url: str) -> Iterator[Client]:
     conn.execute("select pgflow.ensure_flow_compiled(%s, %s)", (FLOW.slug, Jsonb(FLOW.shape())))
-    return Client(db_url)
+    with Client(db_url) as client:
+        yield client
+
+
+def client_backends(conn: psycopg.Connection[Any]) -> list[int]:
+    """The backends connected to the test database, but for the test's own."""
+    rows = conn.execute(
+        "select pid from pg_stat_activity"
+        " where datname = current_database() and pid <> pg_backend_pid() order by pid"
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def one_backend(conn: psycopg.Connection[Any]) -> list[int]:
+    """The client's one backend, once a backend whose client hung up a moment ago is gone."""
+
+    def single() -> list[int] | None:
+        found = client_backends(conn)
+        return found if len(found) == 1 else None
+
+    return eventually(single, "one backend of the client")
 
 
 def test_start_flow_validates_and_starts_a_run(client: Client) -> None:
@@ -112,6 +135,72 @@ def test_a_flow_that_is_not_compiled_is_a_typed_error_with_the_engines_hint(
         Client(db_url).start_flow(FLOW, ADA)
     assert raised.value.message == 'Flow "greetUser" does not exist.'
     assert raised.value.hint == "Check the slug (it is case-sensitive) or compile the flow first."
+
+
+def test_calls_share_one_pooled_connection(client: Client, conn: psycopg.Connection[Any]) -> None:
+    runs = [client.start_flow(FLOW, ADA) for _ in range(5)]
+    for run in runs:
+        client.get_run(run.run_id)
+        run.unserved_steps()
+    with client.connection() as pooled:
+        # A backend ends a moment after its client hangs up: the first call's probe may linger.
+        assert one_backend(conn) == [pooled.info.backend_pid]
+    client.close()
+    eventually(lambda: client_backends(conn) == [], "no backend")  # closed now, not when collected
+    assert client.get_run(runs[0].run_id).status == "started"  # a closed client opens again
+
+
+def test_a_connection_the_database_dropped_is_replaced(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    # What a server restart or an idle timeout does to a pooled connection.
+    run = client.start_flow(FLOW, ADA)
+    [dropped] = one_backend(conn)
+    conn.execute("select pg_terminate_backend(%s)", (dropped,))
+    for _ in range(3):
+        assert client.get_run(run.run_id).run_id == run.run_id
+    # The pool may open a spare while it replaces the dropped one; never more than its size.
+    replacements = eventually(
+        lambda: [pid for pid in client_backends(conn) if pid != dropped] or None, "a replacement"
+    )
+    assert 1 <= len(replacements) <= POOL_SIZE
+
+
+def test_several_threads_share_the_pool_up_to_its_size(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    conn.execute("select pgflow.ensure_flow_compiled(%s, %s)", (FLOW.slug, Jsonb(FLOW.shape())))
+    barrier = threading.Barrier(6)
+    seen: list[int] = []
+    with Client(db_url, pool_size=2) as client:
+
+        def start() -> None:
+            barrier.wait()
+            client.start_flow(FLOW, ADA)
+            with client.connection() as pooled:
+                seen.append(pooled.info.backend_pid)
+
+        threads = [threading.Thread(target=start) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert conn.execute("select count(*) from pgflow.runs").fetchone() == (6,)
+    assert len(set(seen)) <= 2
+
+
+def test_pooled_connections_prepare_nothing(client: Client) -> None:
+    # Safe behind a transaction-pooling PgBouncer before 1.21, as a connection per call was.
+    runs = [client.start_flow(FLOW, ADA) for _ in range(8)]
+    for run in runs:
+        client.get_run(run.run_id)
+    with client.connection() as pooled:
+        assert pooled.execute("select count(*) from pg_prepared_statements").fetchone() == (0,)
+
+
+def test_a_pool_size_below_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="pool_size=0"):
+        Client(pool_size=0)
 
 
 def test_an_unreachable_database_is_a_database_error() -> None:
