@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen import cli_ops, cli_parser, devloop, flow_sql, naming
+from pgflow_gen import cli_ops, cli_parser, cli_queries, devloop, flow_sql, naming
 from pgflow_gen import project as project_module
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
@@ -409,7 +409,7 @@ def _db_status(args: argparse.Namespace) -> int:
     url = database.resolve_url(args.database_url)
     print(f"url:        {url}")
     with psycopg.connect(url, autocommit=True) as conn:
-        version = conn.execute("show server_version").fetchone()
+        version = conn.execute(cli_queries.SERVER_VERSION).fetchone()
         print(f"postgresql: {version[0] if version else '?'}")
         print(f"pgmq:       {_pgmq_version(conn) or 'not installed'}")
         done = migrations.applied(conn)
@@ -420,12 +420,7 @@ def _db_status(args: argparse.Namespace) -> int:
 
 
 def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute(
-        "select coalesce("
-        " (select 'extension ' || extversion from pg_extension where extname = 'pgmq'),"
-        " (select obj_description(oid, 'pg_namespace') from pg_namespace where nspname = 'pgmq'),"
-        " (select 'SQL install' from pg_namespace where nspname = 'pgmq'))"
-    ).fetchone()
+    row = conn.execute(cli_queries.PGMQ_VERSION).fetchone()
     return None if row is None or row[0] is None else str(row[0])
 
 

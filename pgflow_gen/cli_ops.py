@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen import cli_parser, project
+from pgflow_gen import cli_parser, cli_queries, project
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, database, errors, inputs
 from pgflow_gen.runtime import client as client_module
@@ -114,7 +114,7 @@ def _cell(value: Any) -> str:
 
 def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
     """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
-    rows = conn.execute("select flow_slug from pgflow.flows order by flow_slug").fetchall()
+    rows = conn.execute(cli_queries.FLOW_SLUGS).fetchall()
     known = [row["flow_slug"] for row in rows]
     if flow_slug in known:
         return
@@ -143,7 +143,7 @@ def _start(args: argparse.Namespace) -> int:
         _check_input(conn, args.flow_slug, run_input)
         try:
             row = conn.execute(
-                "select run_id from pgflow.start_flow(%s, %s)", (args.flow_slug, Jsonb(run_input))
+                cli_queries.START_FLOW, (args.flow_slug, Jsonb(run_input))
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
@@ -171,12 +171,7 @@ def _check_input(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, value
     mismatch is a usage error (exit 2). A flow compiled without a schema (by a worker older than
     engine 0006, or on such an engine) is not checked here; the engine still checks the shape it
     needs (an array for a root map)."""
-    # to_jsonb reads the column without naming it, so an engine before 0006 reads null.
-    row = conn.execute(
-        "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f"
-        " where f.flow_slug = %s",
-        (flow_slug,),
-    ).fetchone()
+    row = conn.execute(cli_queries.FLOW_INPUT_SCHEMA, (flow_slug,)).fetchone()
     if row is None or row["schema"] is None:
         return
     try:
@@ -249,32 +244,10 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
-        run = conn.execute("select * from pgflow.runs where run_id = %s", (args.run_id,)).fetchone()
+        run = conn.execute(cli_queries.RUN, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
-        steps = conn.execute(
-            "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks,"
-            " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
-            " a.attempts, e.task_index, e.attempts_count, e.status as task_status, e.error_message"
-            " from pgflow.step_states as ss"
-            " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
-            " left join lateral ("
-            "   select max(t.attempts_count) as attempts from pgflow.step_tasks as t"
-            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
-            " ) as a on true"
-            # The latest error of the step's tasks: the failed one, or the last retried one.
-            " left join lateral ("
-            "   select t.task_index, t.attempts_count, t.status, t.error_message"
-            "   from pgflow.step_tasks as t"
-            "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
-            "     and t.error_message is not null"
-            "   order by t.status = 'failed' desc,"
-            "     coalesce(t.failed_at, t.completed_at, t.started_at, t.queued_at) desc"
-            "   limit 1"
-            " ) as e on true"
-            " where ss.run_id = %s order by s.step_index",
-            (args.run_id,),
-        ).fetchall()
+        steps = conn.execute(cli_queries.RUN_STEPS, (args.run_id,)).fetchall()
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
     print(f"status:  {run['status']}")
@@ -323,19 +296,7 @@ def _runs(args: argparse.Namespace) -> int:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
         rows = conn.execute(
-            "select r.run_id, r.flow_slug, r.status, r.started_at,"
-            " coalesce(r.completed_at, r.failed_at) as ended, f.step_slug as failed_step,"
-            " f.error_message"
-            " from pgflow.runs as r"
-            " left join lateral ("
-            "   select ss.step_slug, ss.error_message from pgflow.step_states as ss"
-            "   where ss.run_id = r.run_id and ss.status = 'failed'"
-            "   order by ss.failed_at limit 1"
-            " ) as f on true"
-            " where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
-            "   and (%(status)s::text is null or r.status = %(status)s)"
-            " order by r.started_at desc limit %(limit)s",
-            {"flow": args.flow_slug, "status": args.status, "limit": args.limit},
+            cli_queries.RUNS, {"flow": args.flow_slug, "status": args.status, "limit": args.limit}
         ).fetchall()
     table(
         [
@@ -353,16 +314,7 @@ def _flows(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
-        rows = conn.execute(
-            "select f.flow_slug, f.queue_mode, s.step_slug, s.step_type, s.queue_name,"
-            " s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay,"
-            " f.opt_max_attempts as flow_max_attempts, f.opt_base_delay as flow_base_delay,"
-            " f.opt_timeout as flow_timeout"
-            " from pgflow.flows as f join pgflow.steps as s using (flow_slug)"
-            " where %(flow)s::text is null or f.flow_slug = %(flow)s"
-            " order by f.flow_slug, s.step_index",
-            {"flow": args.flow_slug},
-        ).fetchall()
+        rows = conn.execute(cli_queries.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
 
     def option(step: Any, flow: Any) -> str:
         # The value the step runs with; "(flow)" when it inherits the flow's.
@@ -386,17 +338,7 @@ def _flows(args: argparse.Namespace) -> int:
 
 def _workers(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
-        rows = conn.execute(
-            "select worker_id, function_name, flow_slug, step_slug, queue_name, last_heartbeat_at,"
-            " case when stopped_at is not null then 'stopped'"
-            "  when deprecated_at is not null then 'deprecated'"
-            "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
-            "   then 'stale'"
-            "  else 'live' end as state"
-            " from pgflow.workers where %s or stopped_at is null"
-            " order by queue_name, started_at",
-            (args.all,),
-        ).fetchall()
+        rows = conn.execute(cli_queries.WORKERS, (args.all,)).fetchall()
     table(
         [
             (r["function_name"], r["state"], r["queue_name"], r["step_slug"],
@@ -415,17 +357,11 @@ def _coverage(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
-        rule = conn.execute(
-            "select extract(epoch from coalesce(make_interval(secs => %s),"
-            " (pgflow.worker_liveness()).live_within))::float8 as seconds",
-            (args.freshness,),
-        ).fetchone()
+        rule = conn.execute(cli_queries.FRESHNESS, (args.freshness,)).fetchone()
         assert rule is not None
         freshness = rule["seconds"]
         rows = conn.execute(
-            "select * from pgflow.queue_coverage(make_interval(secs => %s))"
-            " where %s::text is null or flow_slug = %s",
-            (freshness, args.flow_slug, args.flow_slug),
+            cli_queries.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
         ).fetchall()
     uncovered = [r for r in rows if not r["covered"]]
     if args.format == "json":

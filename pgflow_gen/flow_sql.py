@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from pgflow_gen import cli_queries
 from pgflow_gen.errors import DatabaseError, PgflowError, UsageError
 
 Style = Literal["flyway", "dbmate", "supabase", "alembic"]
@@ -53,7 +54,7 @@ def apply(
     conn: psycopg.Connection[Any], files: list[Path], on_applied: Callable[[Applied], None]
 ) -> list[Applied]:
     """Run each file in its own transaction, in order; stop at the first that fails."""
-    if conn.execute("select to_regproc('pgflow.ensure_flow_compiled')").fetchone() == (None,):
+    if conn.execute(cli_queries.HAS_ENGINE).fetchone() == (None,):
         raise DatabaseError(
             "The database has no pgflow engine.",
             hint="Run `pgflow-gen db migrate` against this database first.",

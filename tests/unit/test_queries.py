@@ -1,5 +1,6 @@
-"""The runtime's statements live in `runtime/queries.py`, by name: the modules that run tasks,
-the client and the engine migrations spell no SQL of their own."""
+"""Statements live in named modules: the runtime's in `runtime/queries.py` (the modules that run
+tasks, the client and the engine migrations spell no SQL of their own), the command line's in
+`cli_queries.py`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import pgflow_gen
+from pgflow_gen import cli_queries
 from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
@@ -30,12 +34,21 @@ WORKER_MODULES = [
     "runtime/worker_loop.py",
     "testing/runner.py",
 ]
+CLI_MODULES = [
+    "cli.py",
+    "cli_ops.py",
+    "cli_parser.py",
+    "flow_sql.py",
+    "devloop.py",
+    "supervisor.py",
+]
 STATEMENT = re.compile(r"^\s*(select|update|delete|with|insert into)\s", re.IGNORECASE)
 
 
-def test_the_worker_modules_spell_no_statements() -> None:
+@pytest.mark.parametrize("modules", [WORKER_MODULES, CLI_MODULES], ids=["runtime", "cli"])
+def test_the_modules_spell_no_statements(modules: list[str]) -> None:
     found = []
-    for name in WORKER_MODULES:
+    for name in modules:
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
             if (
                 isinstance(node, ast.Constant)
@@ -46,7 +59,12 @@ def test_the_worker_modules_spell_no_statements() -> None:
     assert found == []
 
 
-def test_every_named_query_is_used() -> None:
-    names = [n for n in vars(queries) if n.isupper()]
-    sources = "".join((PACKAGE / name).read_text() for name in WORKER_MODULES)
-    assert [n for n in names if f"queries.{n}" not in sources] == []
+@pytest.mark.parametrize(
+    ("module", "prefix", "modules"),
+    [(queries, "queries", WORKER_MODULES), (cli_queries, "cli_queries", CLI_MODULES)],
+    ids=["runtime", "cli"],
+)
+def test_every_named_query_is_used(module: object, prefix: str, modules: list[str]) -> None:
+    names = [n for n in vars(module) if n.isupper()]
+    sources = "".join((PACKAGE / name).read_text() for name in modules)
+    assert [n for n in names if f"{prefix}.{n}" not in sources] == []

@@ -1,0 +1,108 @@
+"""Every statement the command line sends, by name: what `pgflow-gen` reads for people (runs,
+a run's steps, flows, workers, coverage) and the checks of `db` and `start`. Each is a string
+literal (a `LiteralString` psycopg accepts as a query); parameters are always bound.
+
+The engine's functions and tables they read are documented in docs/engine.md.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# -- db ------------------------------------------------------------------------------------------
+SERVER_VERSION: Final[LiteralString] = "show server_version"
+#: How PGMQ is installed here: 'extension <version>', its SQL install's comment, or NULL.
+PGMQ_VERSION: Final[LiteralString] = (
+    "select coalesce("
+    " (select 'extension ' || extversion from pg_extension where extname = 'pgmq'),"
+    " (select obj_description(oid, 'pg_namespace') from pg_namespace where nspname = 'pgmq'),"
+    " (select 'SQL install' from pg_namespace where nspname = 'pgmq'))"
+)
+#: The OID of ensure_flow_compiled (NULL without the engine): may flow migrations run here?
+HAS_ENGINE: Final[LiteralString] = "select to_regproc('pgflow.ensure_flow_compiled')"
+
+# -- flows and runs ------------------------------------------------------------------------------
+#: Every compiled flow's slug, in order.
+FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
+#: (flow slug) -> its stored input schema ("schema"; NULL when unknown, and before engine 0006:
+#: to_jsonb reads the column without naming it).
+FLOW_INPUT_SCHEMA: Final[LiteralString] = (
+    "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f where f.flow_slug = %s"
+)
+#: (flow slug, input) -> the new run's id.
+START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s)"
+#: (run id) -> the run's row.
+RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
+#: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
+#: latest error of its tasks (the failed one, else the last retried one).
+RUN_STEPS: Final[LiteralString] = (
+    "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks,"
+    " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
+    " a.attempts, e.task_index, e.attempts_count, e.status as task_status, e.error_message"
+    " from pgflow.step_states as ss"
+    " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
+    " left join lateral ("
+    "   select max(t.attempts_count) as attempts from pgflow.step_tasks as t"
+    "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
+    " ) as a on true"
+    " left join lateral ("
+    "   select t.task_index, t.attempts_count, t.status, t.error_message"
+    "   from pgflow.step_tasks as t"
+    "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
+    "     and t.error_message is not null"
+    "   order by t.status = 'failed' desc,"
+    "     coalesce(t.failed_at, t.completed_at, t.started_at, t.queued_at) desc"
+    "   limit 1"
+    " ) as e on true"
+    " where ss.run_id = %s order by s.step_index"
+)
+#: ({flow, status, limit}; NULL flow or status: any) -> the newest runs, each with its first
+#: failed step and that step's error.
+RUNS: Final[LiteralString] = (
+    "select r.run_id, r.flow_slug, r.status, r.started_at,"
+    " coalesce(r.completed_at, r.failed_at) as ended, f.step_slug as failed_step,"
+    " f.error_message"
+    " from pgflow.runs as r"
+    " left join lateral ("
+    "   select ss.step_slug, ss.error_message from pgflow.step_states as ss"
+    "   where ss.run_id = r.run_id and ss.status = 'failed'"
+    "   order by ss.failed_at limit 1"
+    " ) as f on true"
+    " where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
+    "   and (%(status)s::text is null or r.status = %(status)s)"
+    " order by r.started_at desc limit %(limit)s"
+)
+#: ({flow}; NULL: every flow) -> each step of each flow with its own and its flow's options.
+FLOW_STEPS: Final[LiteralString] = (
+    "select f.flow_slug, f.queue_mode, s.step_slug, s.step_type, s.queue_name,"
+    " s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay,"
+    " f.opt_max_attempts as flow_max_attempts, f.opt_base_delay as flow_base_delay,"
+    " f.opt_timeout as flow_timeout"
+    " from pgflow.flows as f join pgflow.steps as s using (flow_slug)"
+    " where %(flow)s::text is null or f.flow_slug = %(flow)s"
+    " order by f.flow_slug, s.step_index"
+)
+
+# -- workers -------------------------------------------------------------------------------------
+#: (all: include stopped ones) -> workers by queue, each live, stale, deprecated or stopped by
+#: the engine's liveness rule.
+WORKERS: Final[LiteralString] = (
+    "select worker_id, function_name, flow_slug, step_slug, queue_name, last_heartbeat_at,"
+    " case when stopped_at is not null then 'stopped'"
+    "  when deprecated_at is not null then 'deprecated'"
+    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
+    "   then 'stale'"
+    "  else 'live' end as state"
+    " from pgflow.workers where %s or stopped_at is null"
+    " order by queue_name, started_at"
+)
+#: (seconds or NULL) -> those seconds, else the liveness rule's "live within" ("seconds").
+FRESHNESS: Final[LiteralString] = (
+    "select extract(epoch from coalesce(make_interval(secs => %s),"
+    " (pgflow.worker_liveness()).live_within))::float8 as seconds"
+)
+#: (freshness seconds, flow slug or NULL, the same) -> every route with its live workers.
+QUEUE_COVERAGE: Final[LiteralString] = (
+    "select * from pgflow.queue_coverage(make_interval(secs => %s))"
+    " where %s::text is null or flow_slug = %s"
+)
