@@ -16,7 +16,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from sqlalchemy.engine import URL
 
-from pgflow_gen import cli, flow_sql
+from pgflow_gen import cli
+from pgflow_gen.cli import flow_sql
 from pgflow_gen.errors import UsageError
 from tests.e2e.project.app.pgflow import e2e_plain
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pgflow_gen import cli, cli_parser
+from pgflow_gen import cli
+from pgflow_gen.cli import app as cli_app
+from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.runtime import migrations
 
 
@@ -57,7 +59,7 @@ def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 def test_every_option_has_help_that_shows_its_default() -> None:
     formatter = cli_parser.HelpFormatter("pgflow-gen")
     checked = 0
-    for parser in _all_parsers(cli._parser()):
+    for parser in _all_parsers(cli_app._parser()):
         assert parser.formatter_class is cli_parser.HelpFormatter, parser.prog
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):

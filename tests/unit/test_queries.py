@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import pgflow_gen
-from pgflow_gen import cli_queries
+from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
@@ -34,14 +34,11 @@ WORKER_MODULES = [
     "runtime/worker_loop.py",
     "testing/runner.py",
 ]
-CLI_MODULES = [
-    "cli.py",
-    "cli_ops.py",
-    "cli_parser.py",
-    "flow_sql.py",
-    "devloop.py",
-    "supervisor.py",
-]
+CLI_MODULES = sorted(
+    str(path.relative_to(PACKAGE))
+    for path in (PACKAGE / "cli").glob("*.py")
+    if path.name != "queries.py"
+)
 STATEMENT = re.compile(r"^\s*(select|update|delete|with|insert into)\s", re.IGNORECASE)
 
 

@@ -36,8 +36,8 @@ import psycopg
 import watchfiles
 
 from pgflow_gen import naming
-from pgflow_gen import project as project_module
-from pgflow_gen import supervisor as supervisor_module
+from pgflow_gen.cli import project as project_module
+from pgflow_gen.cli import supervisor as supervisor_module
 from pgflow_gen.codegen import artifacts
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.errors import UsageError

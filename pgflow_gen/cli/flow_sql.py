@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgflow_gen import cli_queries
+from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.errors import DatabaseError, PgflowError, UsageError
 
 Style = Literal["flyway", "dbmate", "supabase", "alembic"]

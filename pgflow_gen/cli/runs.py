@@ -6,26 +6,26 @@ They talk to the database in SQL only, so they work for any flow without its Pyt
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen import cli_parser, cli_queries, project
+from pgflow_gen.cli import parser as cli_parser
+from pgflow_gen.cli import project
+from pgflow_gen.cli import queries as cli_queries
+from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
+from pgflow_gen.cli.tables import cell, table
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, database, errors, inputs
 from pgflow_gen.runtime import client as client_module
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
 
@@ -83,33 +83,6 @@ def register(commands: cli_parser.Commands) -> None:
     )
     coverage.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
     coverage.set_defaults(handler=_coverage)
-
-
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO) -> None:
-    """Print rows as aligned columns under their headers.
-
-    >>> import sys
-    >>> table([("a", 1), ("bcd", 22)], ["name", "n"], sys.stdout)
-    name  n
-    ----  --
-    a     1
-    bcd   22
-    """
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = [list(headers), ["-" * w for w in widths], *cells]
-    for line in lines:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(), file=out)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime.datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
 
 
 def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
@@ -251,12 +224,12 @@ def _status(args: argparse.Namespace) -> int:
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
     print(f"status:  {run['status']}")
-    print(f"started: {_cell(run['started_at'])}")
+    print(f"started: {cell(run['started_at'])}")
     finished = run["completed_at"] or run["failed_at"]
     if finished is not None:
-        print(f"ended:   {_cell(finished)}")
-    print(f"input:   {_cell(run['input'])}")
-    print(f"output:  {_cell(run['output'])}")
+        print(f"ended:   {cell(finished)}")
+    print(f"input:   {cell(run['input'])}")
+    print(f"output:  {cell(run['output'])}")
     print()
     table(
         [

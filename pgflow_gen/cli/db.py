@@ -1,0 +1,176 @@
+"""The `pgflow-gen db` commands: the project's embedded server (`start`, `stop`, `url`), what a
+database has (`status`), the engine (`migrate`, `sql`) and the generated flow migrations
+(`apply`, `export`; flow_sql.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgflow_gen.cli import flow_sql
+from pgflow_gen.cli import parser as cli_parser
+from pgflow_gen.cli import project as project_module
+from pgflow_gen.cli import queries as cli_queries
+from pgflow_gen.cli.exits import EXIT_OK
+from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime import database, embedded, migrations
+
+
+def register(commands: cli_parser.Commands) -> None:
+    """Add the `db` group to the `pgflow-gen` parser."""
+    db = commands.group("db", "manage the database: embedded server, PGMQ, engine")
+    db.add("start", "start the project's embedded PostgreSQL").set_defaults(handler=_db_start)
+    db.add("stop", "stop the project's embedded PostgreSQL").set_defaults(handler=_db_stop)
+    db.add("url", "print the database URL", database=True).set_defaults(handler=_db_url)
+    db.add("status", "show the server, PGMQ and engine migrations", database=True).set_defaults(
+        handler=_db_status
+    )
+    migrate = db.add(
+        "migrate", "install PGMQ if missing and apply engine migrations", database=True
+    )
+    migrate.add_argument(
+        "--target", metavar="NNNN", help="stop after this migration (default: the newest)"
+    )
+    migrate.set_defaults(handler=_db_migrate)
+    apply = db.add(
+        "apply", "apply the generated flow migrations (idempotent; one transaction each)",
+        database=True,
+    )  # fmt: skip
+    apply.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        help="the build output folder or its migrations/ (default: [tool.pgflow-gen] out)",
+    )
+    apply.set_defaults(handler=_db_apply)
+    export = db.add(
+        "export", "write the flow migrations as versioned files for another migration tool"
+    )
+    export.add_argument("target", type=Path, help="the folder your migration tool reads")
+    export.add_argument(
+        "--style", choices=flow_sql.STYLES, required=True, help="the migration tool's file format"
+    )
+    export.add_argument(
+        "--from",
+        dest="folder",
+        type=Path,
+        help="the build output folder (default: [tool.pgflow-gen] out)",
+    )
+    export.add_argument(
+        "--first-version",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the number of the first file in a new target folder (Supabase: a timestamp-like"
+        " number after your own migrations)",
+    )
+    export.set_defaults(handler=_db_export)
+    sql = db.add("sql", "print the engine SQL for other migration tools")
+    sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
+    sql.set_defaults(handler=_db_sql)
+
+
+def _server() -> embedded.EmbeddedServer:
+    return embedded.EmbeddedServer.for_project(Path.cwd())
+
+
+def _db_start(args: argparse.Namespace) -> int:
+    server = _server()
+    was_running = server.is_running()
+    url = server.ensure_started()
+    print(f"{'already running' if was_running else 'started'}: {url}")
+    print(f"data: {server.pgdata}")
+    return EXIT_OK
+
+
+def _db_stop(args: argparse.Namespace) -> int:
+    stopped = _server().stop()
+    print("stopped" if stopped else "not running")
+    return EXIT_OK
+
+
+def _db_url(args: argparse.Namespace) -> int:
+    print(database.resolve_url(args.database_url))
+    return EXIT_OK
+
+
+def _db_status(args: argparse.Namespace) -> int:
+    configured = database.configured_url(args.database_url)
+    if configured is None:
+        server = _server()
+        print(f"server:     embedded, {'running' if server.is_running() else 'stopped'}")
+        print(f"data:       {server.pgdata}")
+        if not server.is_running():
+            return EXIT_OK
+    url = database.resolve_url(args.database_url)
+    print(f"url:        {url}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = conn.execute(cli_queries.SERVER_VERSION).fetchone()
+        print(f"postgresql: {version[0] if version else '?'}")
+        print(f"pgmq:       {_pgmq_version(conn) or 'not installed'}")
+        done = migrations.applied(conn)
+        for migration in migrations.available():
+            state = "applied" if migration.version in done else "pending"
+            print(f"migration:  {migration.version}_{migration.name} {state}")
+    return EXIT_OK
+
+
+def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(cli_queries.PGMQ_VERSION).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def _db_migrate(args: argparse.Namespace) -> int:
+    url = database.resolve_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        installed = migrations.ensure_pgmq(conn)
+        if installed:
+            print(f"installed PGMQ {installed} (SQL)")
+        done = migrations.migrate(
+            conn,
+            target=args.target,
+            on_apply=lambda m: print(f"applying {m.version}_{m.name} ...", flush=True),
+        )
+    print(f"applied {len(done)} migration(s)" if done else "engine is up to date")
+    return EXIT_OK
+
+
+def _generated_folder(folder: Path | None) -> Path:
+    if folder is not None:
+        return folder
+    out = project_module.config(Path.cwd()).get("out")
+    if out is None:
+        raise UsageError(
+            "Pass the build output folder, or set `out` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    return Path(out)
+
+
+def _db_apply(args: argparse.Namespace) -> int:
+    files = flow_sql.migration_files(_generated_folder(args.folder))
+    url = database.resolve_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        flow_sql.apply(conn, files, lambda done: print(f"{done.outcome} ({done.path})"))
+    return EXIT_OK
+
+
+def _db_export(args: argparse.Namespace) -> int:
+    if args.first_version < 1:
+        raise UsageError("--first-version must be at least 1.")
+    files = flow_sql.migration_files(_generated_folder(args.folder))
+    written = flow_sql.export(files, args.target, args.style, first_version=args.first_version)
+    for item in written:
+        print(f"wrote   {item.path} (flow {item.flow})")
+    print(f"{len(written)} written, {len(files) - len(written)} unchanged")
+    return EXIT_OK
+
+
+def _db_sql(args: argparse.Namespace) -> int:
+    if args.with_pgmq:
+        script, version = migrations.pgmq_sql()
+        print(f"-- PGMQ {version} (from the pgmq package)\n{script}")
+    print(migrations.engine_script(), end="")
+    return EXIT_OK

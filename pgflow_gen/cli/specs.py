@@ -1,0 +1,203 @@
+"""The spec and code generation commands of `pgflow-gen`: `init` (a new project), `validate`,
+`build` and `graph`. They read spec files and write generated code; no database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pgflow_gen import naming
+from pgflow_gen.cli import parser as cli_parser
+from pgflow_gen.cli import project as project_module
+from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from pgflow_gen.codegen import build as build_module
+from pgflow_gen.codegen import graph as graph_module
+from pgflow_gen.codegen import scaffold
+from pgflow_gen.errors import UsageError
+from pgflow_gen.spec import loader
+from pgflow_gen.spec import problems as problems_module
+
+
+def register(commands: cli_parser.Commands) -> None:
+    """Add `init`, `validate`, `build` and `graph` to the `pgflow-gen` parser."""
+    init = commands.add("init", "create a project: a flow, typed handlers, a test")
+    init.add_argument(
+        "folder", nargs="?", type=Path, default=Path("."), help="the project folder (created)"
+    )
+    init.set_defaults(handler=_init)
+
+    validate = commands.add(
+        "validate", "check flow spec files (exit 2 when invalid)", formats=("text", "json")
+    )
+    validate.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)",
+    )
+    validate.set_defaults(handler=_validate)
+
+    build = commands.add("build", "generate typed modules, workers and migrations")
+    build.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="spec files or folders (default: [tool.pgflow-gen] specs)",
+    )
+    build.add_argument(
+        "--out", type=Path, help="output folder, e.g. app/pgflow (default: [tool.pgflow-gen] out)"
+    )
+    build.add_argument(
+        "--package",
+        help="Python package of --out (default: [tool.pgflow-gen] package, else derived from the"
+        " path)",
+    )
+    build.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 with a diff when stale"
+    )
+    build.set_defaults(handler=_build)
+
+    graph = commands.add(
+        "graph",
+        "print flow DAGs (Mermaid or Graphviz DOT)",
+        formats=("mermaid", "dot"),
+        format_help="graph language",
+    )
+    graph.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
+    graph.set_defaults(handler=_graph)
+
+
+def _init(args: argparse.Namespace) -> int:
+    folder: Path = args.folder
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} exists and is not a folder.")
+    name = scaffold.project_name(folder.resolve().name)
+    files = scaffold.project_files(name)
+    taken = [path for path in files if (folder / path).exists()]
+    if taken:
+        raise UsageError(
+            f"{folder} already has {', '.join(taken)}; init writes nothing over existing files.",
+            hint="Run it in a new or empty folder: `pgflow-gen init my-flows`.",
+        )
+    for path, text in files.items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("x", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        print(f"created {target}")
+    print("\nnext:")
+    if folder.resolve() != Path.cwd().resolve():
+        print(f"  cd {folder}")
+    print("  pgflow-gen build   # generate app/pgflow from flows/hello.yaml")
+    print("  pytest -q          # run tests/test_hello.py through the engine")
+    print("  pgflow-gen dev     # run every worker; rebuild and restart on changes")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    problems: list[problems_module.Problem] = []
+    paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
+    if not paths:
+        raise UsageError(
+            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    args.paths = paths
+    files = project_module.spec_files(paths)
+    try:
+        build_module.load(files, project=Path.cwd())
+    except problems_module.SpecErrors as exc:
+        problems.extend(exc.problems)
+    if not files:
+        problems.append(
+            problems_module.Problem(
+                "no_specs",
+                "No spec files found.",
+                problems_module.Location(", ".join(str(p) for p in args.paths)),
+                hint="Pass *.yaml files or folders that contain them.",
+            )
+        )
+    if args.format == "json":
+        print(json.dumps({"ok": not problems, "errors": [p.to_json() for p in problems]}, indent=2))
+    else:
+        for problem in problems:
+            print(problem.render(), file=sys.stderr)
+        if not problems:
+            print(f"{len(files)} spec file(s) valid")
+        else:
+            print(f"{len(problems)} problem(s) in {len(files)} file(s)", file=sys.stderr)
+    return EXIT_OK if not problems else EXIT_USAGE
+
+
+def _build(args: argparse.Namespace) -> int:
+    project = Path.cwd()
+    config = project_module.config(project)
+    paths = args.paths or [Path(p) for p in config.get("specs", [])]
+    out = args.out or (Path(config["out"]) if "out" in config else None)
+    if not paths or out is None:
+        print(
+            "error: pass spec paths and --out, or set `specs` and `out` under [tool.pgflow-gen]"
+            " in pyproject.toml",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder.")
+    args.out = out
+    files = project_module.spec_files(paths)
+    try:
+        package = args.package or config.get("package") or build_module.package_for(out, project)
+        generated = build_module.generate(files, package=package, project=project)
+    except problems_module.SpecErrors as exc:
+        for problem in exc.problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_USAGE
+    except naming.FlowSpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    outcome = build_module.apply(generated, args.out, check=args.check)
+    if args.check:
+        if outcome.stale:
+            sys.stdout.write("".join(outcome.diffs))
+            print(
+                f"{len(outcome.written)} changed or missing, {len(outcome.removed)} orphaned:"
+                " run `pgflow-gen build` and commit the result",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+        print(f"{outcome.unchanged} generated file(s) are current")
+        return EXIT_OK
+    for path in outcome.written:
+        print(f"wrote   {args.out / path}")
+    for path in outcome.removed:
+        print(f"removed {args.out / path}")
+    print(
+        f"{len(outcome.written)} written, {len(outcome.removed)} removed,"
+        f" {outcome.unchanged} unchanged"
+    )
+    return EXIT_OK
+
+
+def _graph(args: argparse.Namespace) -> int:
+    files = project_module.spec_files(args.paths)
+    if not files:
+        raise UsageError(
+            f"No spec files found in {', '.join(map(str, args.paths))}.",
+            hint="Pass *.yaml files or folders that contain them.",
+        )
+    problems: list[problems_module.Problem] = []
+    graphs = []
+    for path in files:
+        try:
+            spec = loader.load_file(path, display_name=build_module.display_path(path, Path.cwd()))
+        except problems_module.SpecErrors as exc:
+            problems.extend(exc.problems)
+            continue
+        graphs.append(graph_module.render(spec, args.format))
+    if problems:
+        for problem in problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write("\n".join(graphs))
+    return EXIT_OK
