@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 
 from app.pgflow.community_threads_v1 import FLOW, Input  # noqa: E402
 
-from pgflow_gen.cli.tables import table  # noqa: E402
+from pgflow_gen.cli.output import table  # noqa: E402
 from pgflow_gen.errors import PgflowError  # noqa: E402
 from pgflow_gen.runtime import Client, database, migrations  # noqa: E402
 

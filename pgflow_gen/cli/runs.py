@@ -21,18 +21,20 @@ from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
-from pgflow_gen.cli.tables import cell, table
+from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, database, errors, inputs
 from pgflow_gen.runtime import client as client_module
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
+#: Every command here prints a table for people, or JSON for scripts (docs/cli.md).
+FORMATS = ("table", "json")
 
 
 def register(commands: cli_parser.Commands) -> None:
     """Add the operations commands to the `pgflow-gen` parser."""
-    start = commands.add("start", "start a run of a flow", database=True)
+    start = commands.add("start", "start a run of a flow", database=True, formats=FORMATS)
     start.add_argument("flow_slug", metavar="SLUG", help="the flow's slug")
     start.add_argument(
         "--input",
@@ -45,11 +47,13 @@ def register(commands: cli_parser.Commands) -> None:
     )
     start.set_defaults(handler=_start)
 
-    status = commands.add("status", "show a run, its steps and their last errors", database=True)
+    status = commands.add(
+        "status", "show a run, its steps and their last errors", database=True, formats=FORMATS
+    )
     status.add_argument("run_id", metavar="RUN_ID", type=uuid.UUID, help="the run's id")
     status.set_defaults(handler=_status)
 
-    runs = commands.add("runs", "list recent runs, newest first", database=True)
+    runs = commands.add("runs", "list recent runs, newest first", database=True, formats=FORMATS)
     runs.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only runs of this flow")
     runs.add_argument(
         "--status",
@@ -60,12 +64,17 @@ def register(commands: cli_parser.Commands) -> None:
     runs.set_defaults(handler=_runs)
 
     flows = commands.add(
-        "flows", "list compiled flows, their steps and the options they run with", database=True
+        "flows",
+        "list compiled flows, their steps and the options they run with",
+        database=True,
+        formats=FORMATS,
     )
     flows.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
     flows.set_defaults(handler=_flows)
 
-    workers = commands.add("workers", "list workers and their heartbeats", database=True)
+    workers = commands.add(
+        "workers", "list workers and their heartbeats", database=True, formats=FORMATS
+    )
     workers.add_argument("--all", action="store_true", help="include stopped workers")
     workers.set_defaults(handler=_workers)
 
@@ -73,7 +82,7 @@ def register(commands: cli_parser.Commands) -> None:
         "coverage",
         "does every queue route have a live worker? (exit 1 when not)",
         database=True,
-        formats=("text", "json"),
+        formats=FORMATS,
     )
     coverage.add_argument(
         "--freshness",
@@ -122,11 +131,29 @@ def _start(args: argparse.Namespace) -> int:
             raise client_module.engine_error(exc) from exc
     assert row is not None
     run_id: uuid.UUID = row["run_id"]
-    print(f"started run {run_id} of {args.flow_slug}")
+    as_json = args.format == "json"
+    if not as_json:
+        print(f"started run {run_id} of {args.flow_slug}")
     if not args.wait:
+        if as_json:
+            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": "started"})
         return EXIT_OK
     with Client(database.resolve_url(args.database_url), pool_size=1) as client:
         run = _wait_with_progress(client, run_id, args.timeout)
+    if as_json:
+        print_json({
+            "run_id": run_id,
+            "flow_slug": args.flow_slug,
+            "status": run.status,
+            "output": run.output,
+            "failure": None if run.failure is None else {
+                "step_slug": run.failure.step_slug,
+                "task_index": run.failure.task_index,
+                "attempts": run.failure.attempts,
+                "error": run.failure.error,
+            },
+        })  # fmt: skip
+        return EXIT_OK if run.status == "completed" else EXIT_FAILURE
     if run.status == "completed":
         print(f"completed: {json.dumps(run.output)}")
         return EXIT_OK
@@ -221,6 +248,32 @@ def _status(args: argparse.Namespace) -> int:
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         steps = conn.execute(cli_queries.RUN_STEPS, (args.run_id,)).fetchall()
+    if args.format == "json":
+        print_json({
+            "run": {
+                key: run[key]
+                for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
+                            "completed_at", "failed_at")
+            },
+            "steps": [
+                {
+                    "step_slug": s["step_slug"],
+                    "status": s["status"],
+                    "queue_name": s["queue_name"],
+                    "tasks": s["initial_tasks"],
+                    "attempts": s["attempts"],
+                    "note": s["note"],
+                    "last_error": None if s["error_message"] is None else {
+                        "task_index": s["task_index"],
+                        "attempt": s["attempts_count"],
+                        "task_status": s["task_status"],
+                        "error": s["error_message"],
+                    },
+                }
+                for s in steps
+            ],
+        })  # fmt: skip
+        return EXIT_OK
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
     print(f"status:  {run['status']}")
@@ -254,6 +307,11 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _inherited(own: int | None, flows: int) -> dict[str, Any]:
+    """An option as JSON: the value a step runs with, and whether it is the flow's."""
+    return {"value": own if own is not None else flows, "from_flow": own is None}
+
+
 def _first_line(text: str | None, limit: int | None = None) -> str | None:
     """The first line of a stored error (its `Type: message`), cut at `limit` characters."""
     if text is None:
@@ -271,6 +329,16 @@ def _runs(args: argparse.Namespace) -> int:
         rows = conn.execute(
             cli_queries.RUNS, {"flow": args.flow_slug, "status": args.status, "limit": args.limit}
         ).fetchall()
+    if args.format == "json":
+        print_json({
+            "runs": [
+                {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
+                 "started_at": r["started_at"], "ended_at": r["ended"],
+                 "failed_step": r["failed_step"], "error": _first_line(r["error_message"])}
+                for r in rows
+            ]
+        })  # fmt: skip
+        return EXIT_OK
     table(
         [
             (r["run_id"], r["flow_slug"], r["status"], r["started_at"], r["ended"],
@@ -288,6 +356,23 @@ def _flows(args: argparse.Namespace) -> int:
         if args.flow_slug is not None:
             _require_flow(conn, args.flow_slug)
         rows = conn.execute(cli_queries.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
+
+    if args.format == "json":
+        print_json({
+            "steps": [
+                {"flow_slug": r["flow_slug"], "queue_mode": r["queue_mode"],
+                 "step_slug": r["step_slug"], "step_type": r["step_type"],
+                 "queue_name": r["queue_name"],
+                 "options": {
+                     "max_attempts": _inherited(r["opt_max_attempts"], r["flow_max_attempts"]),
+                     "base_delay": _inherited(r["opt_base_delay"], r["flow_base_delay"]),
+                     "timeout": _inherited(r["opt_timeout"], r["flow_timeout"]),
+                     "start_delay": _inherited(r["opt_start_delay"], 0),
+                 }}
+                for r in rows
+            ]
+        })  # fmt: skip
+        return EXIT_OK
 
     def option(step: Any, flow: Any) -> str:
         # The value the step runs with; "(flow)" when it inherits the flow's.
@@ -312,6 +397,16 @@ def _flows(args: argparse.Namespace) -> int:
 def _workers(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         rows = conn.execute(cli_queries.WORKERS, (args.all,)).fetchall()
+    if args.format == "json":
+        print_json({
+            "workers": [
+                {"worker_id": r["worker_id"], "name": r["function_name"], "state": r["state"],
+                 "flow_slug": r["flow_slug"], "step_slug": r["step_slug"],
+                 "queue_name": r["queue_name"], "last_heartbeat_at": r["last_heartbeat_at"]}
+                for r in rows
+            ]
+        })  # fmt: skip
+        return EXIT_OK
     table(
         [
             (r["function_name"], r["state"], r["queue_name"], r["step_slug"],
@@ -338,7 +433,7 @@ def _coverage(args: argparse.Namespace) -> int:
         ).fetchall()
     uncovered = [r for r in rows if not r["covered"]]
     if args.format == "json":
-        print(json.dumps({"ok": not uncovered, "routes": rows}, indent=2))
+        print_json({"ok": not uncovered, "freshness_s": freshness, "routes": rows})
     else:
         table(
             [

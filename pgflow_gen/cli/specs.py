@@ -12,6 +12,7 @@ from pgflow_gen import naming
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project as project_module
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from pgflow_gen.cli.output import print_json
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
 from pgflow_gen.codegen import scaffold
@@ -62,10 +63,15 @@ def register(commands: cli_parser.Commands) -> None:
     graph = commands.add(
         "graph",
         "print flow DAGs (Mermaid or Graphviz DOT)",
-        formats=("mermaid", "dot"),
-        format_help="graph language",
+        formats=("mermaid", "dot", "json"),
+        format_help="graph language, or json for the DAG's metadata",
     )
-    graph.add_argument("paths", nargs="+", type=Path, help="spec files or folders of *.yaml")
+    graph.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)",
+    )
     graph.set_defaults(handler=_graph)
 
 
@@ -180,7 +186,13 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    files = project_module.spec_files(args.paths)
+    paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
+    if not paths:
+        raise UsageError(
+            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    args.paths = paths
+    files = project_module.spec_files(paths)
     if not files:
         raise UsageError(
             f"No spec files found in {', '.join(map(str, args.paths))}.",
@@ -188,16 +200,24 @@ def _graph(args: argparse.Namespace) -> int:
         )
     problems: list[problems_module.Problem] = []
     graphs = []
+    flows = []
     for path in files:
+        shown = build_module.display_path(path, Path.cwd())
         try:
-            spec = loader.load_file(path, display_name=build_module.display_path(path, Path.cwd()))
+            spec = loader.load_file(path, display_name=shown)
         except problems_module.SpecErrors as exc:
             problems.extend(exc.problems)
             continue
-        graphs.append(graph_module.render(spec, args.format))
+        if args.format == "json":
+            flows.append({"source": shown, **graph_module.metadata(spec)})
+        else:
+            graphs.append(graph_module.render(spec, args.format))
     if problems:
         for problem in problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write("\n".join(graphs))
+    if args.format == "json":
+        print_json({"flows": flows})
+    else:
+        sys.stdout.write("\n".join(graphs))
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""`pgflow-gen graph`: a flow's DAG as Mermaid or Graphviz DOT, with conditions and queues."""
+"""`pgflow-gen graph`: a flow's DAG as Mermaid or Graphviz DOT, with conditions and queues, or
+its metadata as JSON (`metadata`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,34 @@ def render(spec: model.FlowSpec, graph_format: GraphFormat) -> str:
         dependencies = [step.array] if step.type == "map" and step.array else step.depends_on
         nodes.append((step.slug, lines, list(dependencies)))
     return _mermaid(spec, nodes) if graph_format == "mermaid" else _dot(spec, nodes)
+
+
+def metadata(spec: model.FlowSpec) -> dict[str, Any]:
+    """The flow's DAG for scripts: each step with its type, queue, edges and conditions
+    (`edges_from`: the steps it waits for; a map step waits for the one it maps)."""
+    routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
+    return {
+        "flow_slug": spec.slug,
+        "queue_mode": spec.queue_mode,
+        "steps": [
+            {
+                "slug": step.slug,
+                "type": step.type,
+                "queue_name": route.queue_name,
+                "depends_on": list(step.depends_on),
+                "array": step.array,
+                "edges_from": [step.array]
+                if step.type == "map" and step.array
+                else list(step.depends_on),
+                "if": step.if_,
+                "if_not": step.if_not,
+                "when_unmet": step.when_unmet or "skip",
+                "when_exhausted": step.when_exhausted,
+                "handler": step.handler,
+            }
+            for step, route in zip(spec.steps, routes, strict=True)
+        ],
+    }
 
 
 def _compact(value: Any) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
+import uuid
+from typing import Any
 
 import pytest
 
@@ -92,6 +95,83 @@ def test_start_wait_status_runs_and_workers(
     code, out = run_cli(capsys, db_url, "workers")
     assert code == 0
     assert "e2ePlain  live   e2eplain" in out
+
+
+def json_of(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, Any]:
+    """Run a command with --format json: its stdout is one JSON document (progress goes to
+    stderr)."""
+    code = cli.main([*args, "--database-url", db_url])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_every_listing_speaks_json_with_its_documented_schema(
+    workers: Workers, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workers.start("e2e_plain", "worker").started()
+    code, started = json_of(
+        capsys, db_url, "start", "e2ePlain", "--input", '{"name": "ada"}', "--wait",
+        "--format", "json",
+    )  # fmt: skip
+    assert code == 0
+    run_id = started["run_id"]
+    assert started == {
+        "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed",
+        "output": {"wrap_up": "ADA!"}, "failure": None,
+    }  # fmt: skip
+    uuid.UUID(run_id)
+
+    # The global option before the command, after it, and after its positional argument.
+    for args in (("--format", "json", "status", run_id), ("status", "--format", "json", run_id),
+                 ("status", run_id, "--format", "json")):  # fmt: skip
+        code, status = json_of(capsys, db_url, *args)
+        assert code == 0
+        assert status["run"]["status"] == "completed"
+    assert status["run"]["input"] == {"name": "ada"}
+    assert datetime.datetime.fromisoformat(status["run"]["started_at"]).tzinfo is not None
+    assert [(s["step_slug"], s["status"], s["queue_name"], s["tasks"], s["attempts"],
+             s["last_error"]) for s in status["steps"]] == [
+        ("shout", "completed", "e2eplain", 1, 1, None),
+        ("wrap_up", "completed", "e2eplain", 1, 1, None),
+    ]  # fmt: skip
+
+    code, runs = json_of(capsys, db_url, "runs", "--format", "json", "--flow", "e2ePlain")
+    assert code == 0
+    [run] = runs["runs"]
+    assert run | {"started_at": None, "ended_at": None} == {
+        "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed", "started_at": None,
+        "ended_at": None, "failed_step": None, "error": None,
+    }  # fmt: skip
+
+    code, listed = json_of(capsys, db_url, "--format", "json", "workers")
+    assert code == 0
+    [worker] = listed["workers"]
+    assert (worker["name"], worker["state"], worker["queue_name"], worker["step_slug"]) == (
+        "e2ePlain", "live", "e2eplain", None,
+    )  # fmt: skip
+
+    code, flows = json_of(capsys, db_url, "flows", "--flow", "e2ePlain", "--format", "json")
+    assert code == 0
+    assert [(s["step_slug"], s["options"]["timeout"]) for s in flows["steps"]] == [
+        ("shout", {"value": 60, "from_flow": True}),
+        ("wrap_up", {"value": 60, "from_flow": True}),
+    ]
+
+    code, alone = json_of(capsys, db_url, "start", "e2ePlain", "--input", '{"name": "b"}',
+                          "--format", "json")  # fmt: skip
+    assert (code, alone["status"], alone["flow_slug"]) == (0, "started", "e2ePlain")
+
+
+def test_a_format_a_command_does_not_have_is_a_usage_error(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:  # argparse's own usage error
+        run_cli(capsys, db_url, "runs", "--format", "dot")
+    assert raised.value.code == 2
+    assert "invalid choice: 'dot' (choose from 'table', 'json')" in capsys.readouterr().err
+    code, out = run_cli(capsys, db_url, "--format", "dot", "workers")
+    assert (code, out.splitlines()[0]) == (
+        2, "error: --format dot is not a format of pgflow-gen workers.",
+    )  # fmt: skip
 
 
 def test_start_reports_bad_input_and_unknown_flows(

@@ -115,6 +115,34 @@ def test_graph_prints_dot(project: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert '"listHelpers" -> "thankHelpers";' in out
 
 
+def test_graph_prints_the_dags_metadata_as_json(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["graph", "flows", "--format", "json"]) == cli.EXIT_OK
+    [flow] = json.loads(capsys.readouterr().out)["flows"]
+    assert (flow["source"], flow["flow_slug"], flow["queue_mode"]) == (
+        "flows/community_threads.yaml", "communityThreadsV1", "step",
+    )  # fmt: skip
+    steps = {step["slug"]: step for step in flow["steps"]}
+    assert list(steps) == ["classify", "deliverSlack", "listHelpers", "thankHelpers"]
+    assert steps["deliverSlack"]["if"] == {"classify": {"route": "help"}}
+    assert steps["deliverSlack"]["queue_name"] == "communitythreadsv1__deliverslack"
+    thank = steps["thankHelpers"]
+    assert (thank["type"], thank["array"], thank["edges_from"]) == (
+        "map", "listHelpers", ["listHelpers"],
+    )  # fmt: skip
+
+
+def test_graph_without_paths_reads_the_projects_specs(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["graph"]) == cli.EXIT_USAGE
+    assert "set `specs` under [tool.pgflow-gen]" in capsys.readouterr().err
+    (project / "pyproject.toml").write_text('[tool.pgflow-gen]\nspecs = ["flows"]\n')
+    assert cli.main(["graph"]) == cli.EXIT_OK
+    assert capsys.readouterr().out.startswith("%% flow communityThreadsV1")
+
+
 def write_flow(folder: Path, name: str, slug: str) -> None:
     (folder / name).write_text(f"slug: {slug}\nsteps:\n  - slug: only\n    handler: app.h:only\n")
 

@@ -1,9 +1,13 @@
-"""Tables for people: rows as aligned columns, each value as one short cell."""
+"""What commands print: tables for people (rows as aligned columns, each value one short cell),
+and JSON for scripts (`--format json`: one document on stdout, times in ISO 8601 with their
+offset, ids as strings; the schema of each command is in docs/cli.md)."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import sys
+import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -34,3 +38,16 @@ def cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
+
+
+def print_json(document: Any, out: TextIO | None = None) -> None:
+    """Print `document` as indented JSON."""
+    print(json.dumps(document, indent=2, default=_json_value), file=out or sys.stdout)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
