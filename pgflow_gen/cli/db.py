@@ -16,7 +16,7 @@ from pgflow_gen.cli import project as project_module
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import database, embedded, migrations
+from pgflow_gen.runtime import database, migrations
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -73,39 +73,36 @@ def register(commands: cli_parser.Commands) -> None:
     sql.set_defaults(handler=_db_sql)
 
 
-def _server() -> embedded.EmbeddedServer:
-    return embedded.EmbeddedServer.for_project(Path.cwd())
-
-
 def _db_start(args: argparse.Namespace) -> int:
-    server = _server()
+    server = project_module.embedded_server()
     was_running = server.is_running()
     url = server.ensure_started()
     print(f"{'already running' if was_running else 'started'}: {url}")
+    print(f"project: {project_module.server_root()}")
     print(f"data: {server.pgdata}")
     return EXIT_OK
 
 
 def _db_stop(args: argparse.Namespace) -> int:
-    stopped = _server().stop()
+    stopped = project_module.embedded_server().stop()
     print("stopped" if stopped else "not running")
     return EXIT_OK
 
 
 def _db_url(args: argparse.Namespace) -> int:
-    print(database.resolve_url(args.database_url))
+    print(project_module.database_url(args.database_url))
     return EXIT_OK
 
 
 def _db_status(args: argparse.Namespace) -> int:
     configured = database.configured_url(args.database_url)
     if configured is None:
-        server = _server()
+        server = project_module.embedded_server()
         print(f"server:     embedded, {'running' if server.is_running() else 'stopped'}")
         print(f"data:       {server.pgdata}")
         if not server.is_running():
             return EXIT_OK
-    url = database.resolve_url(args.database_url)
+    url = project_module.database_url(args.database_url)
     print(f"url:        {url}")
     with psycopg.connect(url, autocommit=True) as conn:
         version = conn.execute(cli_queries.SERVER_VERSION).fetchone()
@@ -124,7 +121,7 @@ def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _db_migrate(args: argparse.Namespace) -> int:
-    url = database.resolve_url(args.database_url)
+    url = project_module.database_url(args.database_url)
     with psycopg.connect(url, autocommit=True) as conn:
         installed = migrations.ensure_pgmq(conn)
         if installed:
@@ -151,7 +148,7 @@ def _generated_folder(folder: Path | None) -> Path:
 
 def _db_apply(args: argparse.Namespace) -> int:
     files = flow_sql.migration_files(_generated_folder(args.folder))
-    url = database.resolve_url(args.database_url)
+    url = project_module.database_url(args.database_url)
     with psycopg.connect(url, autocommit=True) as conn:
         flow_sql.apply(conn, files, lambda done: print(f"{done.outcome} ({done.path})"))
     return EXIT_OK

@@ -23,7 +23,7 @@ from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, Run, database, errors, inputs
+from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
@@ -110,7 +110,7 @@ def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> N
 
 
 def _connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
-    url = database.resolve_url(args.database_url)
+    url = project.database_url(args.database_url)
     return psycopg.connect(url, autocommit=True, row_factory=dict_row)
 
 
@@ -138,7 +138,7 @@ def _start(args: argparse.Namespace) -> int:
         if as_json:
             print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": "started"})
         return EXIT_OK
-    with Client(database.resolve_url(args.database_url), pool_size=1) as client:
+    with Client(project.database_url(args.database_url), pool_size=1) as client:
         run = _wait_with_progress(client, run_id, args.timeout)
     if as_json:
         print_json({

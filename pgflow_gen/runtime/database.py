@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo
 
-from pgflow_gen.runtime import embedded, errors
+from pgflow_gen.runtime import embedded, errors, project_root
 
 ENV_VARS = ("PGFLOW_DATABASE_URL", "DATABASE_URL")
 #: What libpq says of a setting it cannot use (it says it when connecting, before any I/O).
@@ -32,7 +32,8 @@ def configured_url(explicit: str | None = None) -> str | None:
 
 
 def resolve_url(explicit: str | None = None, *, project: Path | None = None) -> str:
-    """The URL to connect to, starting the project's embedded server when nothing is configured.
+    """The URL to connect to, starting the project's embedded server when nothing is configured
+    (`project`, else the project root of the current folder: runtime/project_root.py).
 
     >>> resolve_url("postgresql://localhost/app")
     'postgresql://localhost/app'
@@ -40,7 +41,7 @@ def resolve_url(explicit: str | None = None, *, project: Path | None = None) -> 
     url = configured_url(explicit)
     if url is not None:
         return url
-    server = embedded.EmbeddedServer.for_project(project or Path.cwd())
+    server = embedded.EmbeddedServer.for_project(project or project_root.find(Path.cwd()))
     return server.ensure_started()
 
 

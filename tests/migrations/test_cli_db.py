@@ -3,11 +3,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pgflow_gen import cli
-from pgflow_gen.runtime import migrations
+from pgflow_gen.runtime import database, embedded, migrations
 
 
 def test_db_migrate_installs_pgmq_and_the_engine(
@@ -68,3 +69,29 @@ def test_piping_into_a_closed_reader_ends_quietly(db_url: str, command: list[str
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (cli.EXIT_BROKEN_PIPE, b"")
+
+
+@pytest.mark.slow
+def test_a_command_from_a_subfolder_uses_the_project_roots_embedded_server(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.pgflow-gen]\nspecs = ["flows"]\n')
+    (tmp_path / "app").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in database.ENV_VARS}
+    server = embedded.EmbeddedServer.for_project(tmp_path)
+
+    def db_url(cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgflow_gen.cli", "db", "url"],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    try:
+        first = db_url(tmp_path / "app")
+        assert (first.returncode, first.stdout) == (0, server.url() + "\n"), first.stderr
+        assert first.stderr == f"starting the embedded PostgreSQL of {tmp_path.resolve()}\n"
+        assert not embedded.project_base_dir(tmp_path / "app").exists()  # no second cluster
+        again = db_url(tmp_path)
+        assert (again.returncode, again.stdout, again.stderr) == (0, server.url() + "\n", "")
+    finally:
+        server.destroy()

@@ -1,0 +1,39 @@
+"""Which project a folder belongs to, found as git finds its repository: from the folder up, the
+nearest one whose `pyproject.toml` has a `[tool.pgflow-gen]` table, else the nearest one that has
+an embedded server already (its `.pgflow/`, or its data under /var/tmp/pgflow-gen/ as root),
+else the folder itself. Commands and workers run from a subfolder (`app/`) so use the project's
+one embedded server instead of starting a second one.
+
+>>> find(Path("/")) == Path("/")
+True
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pgflow_gen.runtime import embedded
+
+
+def find(start: Path) -> Path:
+    """The project root of `start` (see the module docstring)."""
+    start = start.resolve()
+    chain = [start, *start.parents]
+    for folder in chain:
+        if _declares_pgflow_gen(folder / "pyproject.toml"):
+            return folder
+    for folder in chain:
+        if (embedded.project_base_dir(folder) / "pgdata" / "PG_VERSION").is_file():
+            return folder
+    return start
+
+
+def _declares_pgflow_gen(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            tool = tomllib.load(handle).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        # No such file, or one the CLI will report in its own words when it reads the config.
+        return path.is_file() and "[tool.pgflow-gen" in path.read_text(errors="replace")
+    return isinstance(tool, dict) and "pgflow-gen" in tool
