@@ -92,6 +92,14 @@ def _database_error(exc: psycopg.Error) -> int:
     problem = database.config_problem(exc)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
+    elif _engine_missing(exc):
+        # As a worker says it: the command reached a database without the engine's objects.
+        print(
+            f"error: The database has no pgflow engine (or an older one):"
+            f" {exc.diag.message_primary}.\nHINT: Run `pgflow-gen db migrate` against this"
+            " database first.",
+            file=sys.stderr,
+        )
     elif isinstance(exc, psycopg.OperationalError):
         reason = database.redact(str(exc)).rstrip()
         print(f"error: cannot reach the database: {reason}", file=sys.stderr)
@@ -102,6 +110,16 @@ def _database_error(exc: psycopg.Error) -> int:
             if text:
                 print(f"  {label}: {text}", file=sys.stderr)
     return EXIT_FAILURE
+
+
+def _engine_missing(exc: psycopg.Error) -> bool:
+    """A table, function or schema of the engine does not exist here."""
+    missing = (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    )
+    return isinstance(exc, missing) and "pgflow" in (exc.diag.message_primary or "")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -90,7 +90,8 @@ def _db_stop(args: argparse.Namespace) -> int:
 
 
 def _db_url(args: argparse.Namespace) -> int:
-    print(project_module.database_url(args.database_url))
+    # Without its password, as everywhere the CLI prints a URL: the configuration holds it.
+    print(database.redact(project_module.database_url(args.database_url)))
     return EXIT_OK
 
 
@@ -103,7 +104,7 @@ def _db_status(args: argparse.Namespace) -> int:
         if not server.is_running():
             return EXIT_OK
     url = project_module.database_url(args.database_url)
-    print(f"url:        {url}")
+    print(f"url:        {database.redact(url)}")
     with psycopg.connect(url, autocommit=True) as conn:
         version = conn.execute(cli_queries.SERVER_VERSION).fetchone()
         print(f"postgresql: {version[0] if version else '?'}")

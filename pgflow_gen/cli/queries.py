@@ -34,11 +34,11 @@ START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s)
 #: (run id) -> the run's row.
 RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
-#: latest error of its tasks (the failed one, else the last retried one).
+#: latest error of its tasks (the failed one, else the last retried one) with its attempt.
 RUN_STEPS: Final[LiteralString] = (
     "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks,"
     " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
-    " a.attempts, e.task_index, e.attempts_count, e.status as task_status, e.error_message"
+    " a.attempts, e.task_index, e.error_attempt, e.status as task_status, e.error_message"
     " from pgflow.step_states as ss"
     " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
     " left join lateral ("
@@ -46,7 +46,9 @@ RUN_STEPS: Final[LiteralString] = (
     "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
     " ) as a on true"
     " left join lateral ("
-    "   select t.task_index, t.attempts_count, t.status, t.error_message"
+    # The attempt the error came from: a started or completed task ran again after it.
+    "   select t.task_index, t.status, t.error_message, t.attempts_count"
+    "     - case when t.status in ('started', 'completed') then 1 else 0 end as error_attempt"
     "   from pgflow.step_tasks as t"
     "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug"
     "     and t.error_message is not null"

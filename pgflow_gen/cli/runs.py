@@ -6,6 +6,7 @@ They talk to the database in SQL only, so they work for any flow without its Pyt
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
@@ -101,11 +102,11 @@ def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> N
     if flow_slug in known:
         return
     near = [slug for slug in known if slug.lower() == flow_slug.lower()]
+    near = near or difflib.get_close_matches(flow_slug, known, n=1)
+    listed = f"Compiled flows: {', '.join(known) or '(none)'}."
     raise UsageError(
         f'No flow "{flow_slug}" is compiled in this database.',
-        hint=f'Did you mean "{near[0]}"? Slugs are exact.'
-        if near
-        else f"Compiled flows: {', '.join(known) or '(none)'}.",
+        hint=f'Did you mean "{near[0]}"? Slugs are exact. {listed}' if near else listed,
     )
 
 
@@ -122,6 +123,7 @@ def _start(args: argparse.Namespace) -> int:
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
     with _connect(args) as conn:
+        _require_flow(conn, args.flow_slug)
         _check_input(conn, args.flow_slug, run_input)
         try:
             row = conn.execute(
@@ -139,7 +141,15 @@ def _start(args: argparse.Namespace) -> int:
             print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": "started"})
         return EXIT_OK
     with Client(project.database_url(args.database_url), pool_size=1) as client:
-        run = _wait_with_progress(client, run_id, args.timeout)
+        try:
+            run = _wait_with_progress(client, run_id, args.timeout)
+        except KeyboardInterrupt:
+            print(
+                f"\nstopped waiting; run {run_id} keeps going: follow it with"
+                f" `pgflow-gen status {run_id}`",
+                file=sys.stderr,
+            )
+            raise
     if as_json:
         print_json({
             "run_id": run_id,
@@ -265,7 +275,7 @@ def _status(args: argparse.Namespace) -> int:
                     "note": s["note"],
                     "last_error": None if s["error_message"] is None else {
                         "task_index": s["task_index"],
-                        "attempt": s["attempts_count"],
+                        "attempt": s["error_attempt"],
                         "task_status": s["task_status"],
                         "error": s["error_message"],
                     },
@@ -298,7 +308,7 @@ def _status(args: argparse.Namespace) -> int:
         print("\nlast errors:")
     for s in failed:
         print(
-            f'  step "{s["step_slug"]}" task {s["task_index"]}, attempt {s["attempts_count"]}'
+            f'  step "{s["step_slug"]}" task {s["task_index"]}, attempt {s["error_attempt"]}'
             f" ({s['task_status']}): {_first_line(s['error_message'])}"
         )
         details = s["error_message"].split("\n", 1)[1:]

@@ -15,6 +15,7 @@ from pgflow_gen.runtime.client import (
     Client,
     FlowNotFoundError,
     Run,
+    RunExistsError,
     RunNotFoundError,
     StepFailure,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "MaybeAwaitable",
     "Route",
     "Run",
+    "RunExistsError",
     "RunNotFoundError",
     "Step",
     "StepFailure",

@@ -54,6 +54,12 @@ class RunNotFoundError(errors.PgflowError):
     code = "run_not_found"
 
 
+class RunExistsError(errors.PgflowError):
+    """`start_flow` with a `run_id` that a run already has: nothing was started."""
+
+    code = "run_exists"
+
+
 class FlowNotFoundError(errors.PgflowError):
     """No flow of that slug is compiled in the database (compile it: run its worker once, or
     apply its generated migration)."""
@@ -327,6 +333,12 @@ def engine_error(exc: psycopg.Error) -> errors.PgflowError:
         kind = FlowNotFoundError
     elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
         kind = errors.InvalidRunInputError
+    elif isinstance(exc, psycopg.errors.UniqueViolation) and diag.constraint_name == "runs_pkey":
+        return RunExistsError(
+            "A run with this run_id exists already; nothing was started.",
+            detail=diag.message_detail,
+            hint="Pass a new run_id, or none (the engine makes one).",
+        )
     return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 
 

@@ -63,7 +63,10 @@ def check_url(url: str) -> None:
 def config_problem(exc: psycopg.Error) -> errors.ConfigError | None:
     """The ConfigError for a failed connection attempt that no retry can fix (a malformed URL,
     a setting libpq rejects such as `sslmode=bogus`); None for a real connection failure (the
-    server is down or unreachable), which is worth retrying."""
+    server is down or unreachable), which is worth retrying. An error the server sent (it has a
+    SQLSTATE: a missing table, a refused statement) is none of these."""
+    if exc.sqlstate is not None:
+        return None
     if isinstance(exc, psycopg.ProgrammingError):
         return bad_url(exc)
     if isinstance(exc, psycopg.OperationalError) and _BAD_SETTING.search(_libpq_message(exc)):

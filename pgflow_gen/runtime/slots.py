@@ -53,6 +53,8 @@ class Slots:
         self.output_checks = startup.output_checks(flow) if check_outputs else {}
         #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
         self.shutdown = threading.Event()
+        #: Set by a second stop signal: the drain ends now, and the worker said so already.
+        self.hurried = False
         #: Running handlers and their tasks.
         self.inflight: dict[asyncio.Task[Report], ClaimedTask] = {}
         #: Finished handlers' results, in order, until the engine has them.
@@ -117,7 +119,7 @@ class Slots:
         pending = set(self.inflight)
         for task in pending:
             task.cancel()
-        if pending:
+        if pending and not self.hurried:  # a second signal said so already
             self.log.warning(
                 "worker %s: %d handler(s) still running after the grace period; their tasks"
                 " stay started and stall recovery will requeue them",

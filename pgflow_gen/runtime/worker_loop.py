@@ -261,7 +261,14 @@ class WorkerLoop:
     def begin_drain(self, reason: str) -> None:
         """Stop polling; in-flight handlers get the grace period to finish."""
         if self._draining:
-            self.log.warning("worker %s: %s again, stopping without waiting", self.name, reason)
+            self.log.warning(
+                "worker %s: %s again, stopping without waiting for %d handler(s); their tasks"
+                " stay started and stall recovery will requeue them",
+                self.name,
+                reason,
+                len(self.slots.inflight),
+            )
+            self.slots.hurried = True
             self._deadline = time.monotonic()
         else:
             self.log.info(

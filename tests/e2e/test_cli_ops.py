@@ -5,13 +5,17 @@ from __future__ import annotations
 import datetime
 import json
 import signal
+import subprocess
+import sys
 import uuid
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from pgflow_gen import cli
-from tests.e2e.harness import PROJECT, Db, Workers
+from tests.e2e.harness import PROJECT, Db, Workers, eventually
+from tests.e2e.project.app.pgflow import e2e_plain
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str]:
@@ -249,12 +253,82 @@ def test_start_wait_says_at_once_which_step_has_no_worker_and_how_to_start_it(
     assert "is still running after 5 s." in out
 
 
+def compile_plain(db: Db) -> None:
+    flow = e2e_plain.FLOW
+    db.value("select pgflow.ensure_flow_compiled(%s, %s)", flow.slug, Jsonb(flow.shape()))
+
+
 def test_start_of_a_flow_that_is_not_compiled_is_a_typed_error(
-    db_url: str, capsys: pytest.CaptureFixture[str]
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = run_cli(capsys, db_url, "start", "missingFlow")
-    assert code == 1
-    assert out.splitlines() == [
-        'error: Flow "missingFlow" does not exist.',
-        "HINT: Check the slug (it is case-sensitive) or compile the flow first.",
-    ]
+    assert code == 2  # a usage error, as docs/errors.md says
+    [error, hint] = out.splitlines()
+    assert error == 'error: No flow "missingFlow" is compiled in this database.'
+    assert hint.startswith("HINT: Compiled flows: ")
+    compile_plain(db)
+    code, out = run_cli(capsys, db_url, "start", "e2ePlian")
+    assert code == 2
+    assert out.splitlines()[1].startswith(
+        'HINT: Did you mean "e2ePlain"? Slugs are exact. Compiled flows: '
+    )
+
+
+def test_commands_on_a_database_without_the_engine_say_to_migrate(
+    empty_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in (["start", "e2ePlain"], ["runs"], ["workers"], ["coverage"]):
+        code, out = run_cli(capsys, empty_db_url, *command)
+        assert code == 1, command
+        [error, hint] = out.splitlines()
+        assert error.startswith("error: The database has no pgflow engine (or an older one): ")
+        assert hint == "HINT: Run `pgflow-gen db migrate` against this database first."
+
+
+def test_status_names_the_attempt_each_last_error_came_from(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.flow("retried", {"slug": "only"}, max_attempts=3, base_delay=0)
+    run_id = db.start("retried")
+    [first] = db.poll("retried")
+    db.fail(first, "RuntimeError: attempt one broke")
+    [second] = db.poll("retried")  # attempt 2 runs now; the error is attempt 1's
+    assert second.attempt == 2
+    code, out = run_cli(capsys, db_url, "status", str(run_id))
+    assert code == 0
+    assert out.split("last errors:\n", 1)[1].splitlines()[0] == (
+        '  step "only" task 0, attempt 1 (started): RuntimeError: attempt one broke'
+    )
+    db.fail(second, "RuntimeError: attempt two broke")
+    code, status = json_of(capsys, db_url, "status", str(run_id), "--format", "json")
+    assert status["steps"][0]["last_error"] == {
+        "task_index": 0, "attempt": 2, "task_status": "queued",
+        "error": "RuntimeError: attempt two broke",
+    }  # fmt: skip
+
+
+def test_ctrl_c_during_start_wait_says_the_run_goes_on_and_how_to_follow_it(
+    db: Db, db_url: str
+) -> None:
+    # No worker runs: the run waits for one, and so does `start --wait`.
+    compile_plain(db)
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "pgflow_gen.cli", "start", "e2ePlain", "--input",
+         '{"name": "ada"}', "--wait", "--database-url", db_url],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        eventually(lambda: db.value("select count(*) from pgflow.runs") == 1, "the run")
+        run_id = db.value("select run_id from pgflow.runs")
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+        waiting.wait()
+    assert waiting.returncode == 130
+    assert out == f"started run {run_id} of e2ePlain\n"
+    assert err.rstrip("\n").splitlines()[-1] == (
+        f"stopped waiting; run {run_id} keeps going: follow it with `pgflow-gen status {run_id}`"
+    )
+    assert "Traceback" not in err
+    assert db.value("select status from pgflow.runs") == "started"

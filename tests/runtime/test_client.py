@@ -17,6 +17,7 @@ from pgflow_gen.runtime import (
     Flow,
     FlowNotFoundError,
     InvalidRunInputError,
+    RunExistsError,
     RunNotFoundError,
     Step,
     StepFailure,
@@ -196,6 +197,20 @@ def test_pooled_connections_prepare_nothing(client: Client) -> None:
         client.get_run(run.run_id)
     with client.connection() as pooled:
         assert pooled.execute("select count(*) from pg_prepared_statements").fetchone() == (0,)
+
+
+def test_a_run_id_in_use_is_a_typed_error_and_starts_nothing(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    run_id = uuid.uuid4()
+    client.start_flow(FLOW, ADA, run_id=run_id)
+    with pytest.raises(RunExistsError) as raised:
+        client.start_flow(FLOW, ADA, run_id=run_id)
+    assert raised.value.code == "run_exists"
+    assert str(raised.value).splitlines()[0] == (
+        "A run with this run_id exists already; nothing was started."
+    )
+    assert conn.execute("select count(*) from pgflow.runs").fetchone() == (1,)
 
 
 def test_a_pool_size_below_one_is_a_config_error() -> None:
