@@ -44,7 +44,8 @@ def procfile(path: Path) -> dict[str, str]:
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, command = line.split(":", 1)
-            entries[name.strip()] = command.strip()
+            # `exec` is for Procfile runners, which start each line under a shell.
+            entries[name.strip()] = command.strip().removeprefix("exec ")
     return entries
 
 

@@ -83,12 +83,18 @@ def spec_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def procfile_commands(text: str) -> dict[str, str]:
-    """Process name -> command of a Procfile's lines (comments left out; the first name wins)."""
+    """Process name -> command of a Procfile's lines (comments left out; the first name wins).
+    A leading `exec` (for Procfile runners, which start each line under a shell) is dropped:
+    the command is what runs.
+
+    >>> procfile_commands("# generated\nhello: exec python -m app.worker\n")
+    {'hello': 'python -m app.worker'}
+    """
     commands: dict[str, str] = {}
     for line in text.splitlines():
         name, colon, command = line.partition(":")
         if colon and not name.startswith("#"):
-            commands.setdefault(name.strip(), command.strip())
+            commands.setdefault(name.strip(), command.strip().removeprefix("exec "))
     return commands
 
 

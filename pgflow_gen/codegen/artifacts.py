@@ -40,10 +40,12 @@ def migration(flow: FlowView) -> dict[str, str]:
 
 def procfile_lines(flow: FlowView) -> list[str]:
     """One line per worker process, named `<flow>-<step>` (a plain flow: `<flow>`): slugs hold
-    only `[A-Za-z0-9_]`, so the names suit honcho, foreman, overmind and systemd units."""
+    only `[A-Za-z0-9_]`, so the names suit honcho, foreman, overmind and systemd units. Each
+    line `exec`s its worker: Procfile runners start a line under `/bin/sh`, and without `exec`
+    the shell, not the worker, would get their SIGTERM."""
     if not flow.steps:
         return []
-    prefix = f"python -m {flow.package}.workers.{flow.module}"
+    prefix = f"exec python -m {flow.package}.workers.{flow.module}"
     if flow.queue_mode == "step":
         return [
             f"{process_name(flow.slug, step.slug)}: {prefix}.{step.module}" for step in flow.steps

@@ -1,5 +1,6 @@
 """The generated Procfile runs as it is under honcho: every process it names starts, registers
-under that same name, and stops cleanly when honcho is told to stop."""
+under that same name, and stops cleanly when honcho is told to stop: Ctrl-C (SIGINT to honcho)
+while a task is in flight lets the task complete, and every worker exits 0."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def test_every_procfile_name_is_one_a_process_manager_accepts() -> None:
     names = process_names()
     assert names
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", name) for name in names), names
+
+
+def test_every_procfile_line_execs_its_worker() -> None:
+    # Procfile runners start a line under /bin/sh: `exec` makes the worker the process they
+    # signal and wait for (without it the shell dies of SIGTERM and honcho reports -15).
+    commands = [line.split(":", 1)[1].strip() for line in PROCFILE.read_text().splitlines()
+                if line and not line.startswith("#")]  # fmt: skip
+    assert commands
+    assert all(command.startswith("exec python -m app.pgflow.workers.") for command in commands)
 
 
 def test_honcho_runs_the_generated_procfile_and_every_worker_registers(
@@ -58,7 +68,12 @@ def test_honcho_runs_the_generated_procfile_and_every_worker_registers(
             eventually(registered, "every Procfile process to register")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log_path.read_text()}") from None
-        process.send_signal(signal.SIGTERM)  # honcho passes it on to every process
+        gate = tmp_path / "gate"
+        run_id = db.start("e2eSteps", {"n": 3, "gate": str(gate)})
+        eventually(lambda: db.task(run_id, "first")["status"] == "started", "a task in flight")
+        process.send_signal(signal.SIGINT)  # Ctrl-C: honcho sends every worker SIGTERM
+        eventually(lambda: "sending SIGTERM" in log_path.read_text(), "honcho to stop them")
+        gate.touch()  # the handler in flight finishes within honcho's 5 s
         process.wait(timeout=60)
         eventually(
             lambda: db.value("select count(*) from pgflow.workers where stopped_at is null") == 0,
@@ -69,6 +84,9 @@ def test_honcho_runs_the_generated_procfile_and_every_worker_registers(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     output = log_path.read_text()
+    assert db.task(run_id, "first")["status"] == "completed", output
+    assert "SIGKILL" not in output
     for name in names:
         started = rf"^\S+ {re.escape(name)}\.1\s+\| .* worker {re.escape(name)} started"
         assert re.search(started, output, re.MULTILINE), (name, output)
+        assert re.search(rf"\| {re.escape(name)}\.1 stopped \(rc=0\)", output), (name, output)
