@@ -6,11 +6,15 @@ They talk to the database in SQL only, so they work for any flow without its Pyt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
+import signal
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ from psycopg.types.json import Jsonb
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project
 from pgflow_gen.cli import queries as cli_queries
-from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
+from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
@@ -134,22 +138,27 @@ def _start(args: argparse.Namespace) -> int:
     assert row is not None
     run_id: uuid.UUID = row["run_id"]
     as_json = args.format == "json"
-    if not as_json:
-        print(f"started run {run_id} of {args.flow_slug}")
     if not args.wait:
         if as_json:
             print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": "started"})
+        else:
+            print(f"started run {run_id} of {args.flow_slug}")
         return EXIT_OK
-    with Client(project.database_url(args.database_url), pool_size=1) as client:
+    with (
+        Client(project.database_url(args.database_url), pool_size=1) as client,
+        _ctrl_c() as pressed,
+    ):
+        if not as_json:  # from here on, Ctrl-C says how to follow the run
+            print(f"started run {run_id} of {args.flow_slug}", flush=True)
         try:
-            run = _wait_with_progress(client, run_id, args.timeout)
-        except KeyboardInterrupt:
+            run = _wait_with_progress(client, run_id, args.timeout, pressed.is_set)
+        except _StoppedWaiting:
             print(
                 f"\nstopped waiting; run {run_id} keeps going: follow it with"
                 f" `pgflow-gen status {run_id}`",
                 file=sys.stderr,
             )
-            raise
+            return EXIT_INTERRUPTED
     if as_json:
         print_json({
             "run_id": run_id,
@@ -194,7 +203,37 @@ def _check_input(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, value
 PROGRESS_EVERY_S = 10
 
 
-def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Run[Any]:
+class _StoppedWaiting(Exception):
+    """Ctrl-C during `start --wait`."""
+
+
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[threading.Event]:
+    """An event Ctrl-C (SIGINT) sets while the block runs, so the wait stops between two
+    statements (a KeyboardInterrupt inside one could leave the connection pool in a state its
+    close waits on). A second Ctrl-C interrupts at once. Outside the main thread, SIGINT keeps
+    its default."""
+    pressed = threading.Event()
+
+    def press(number: int, frame: object) -> None:
+        if pressed.is_set():
+            raise KeyboardInterrupt
+        pressed.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, press)
+    except ValueError:  # not the main thread
+        yield pressed
+        return
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _wait_with_progress(
+    client: Client, run_id: uuid.UUID, timeout: float, stopped: Callable[[], bool]
+) -> Run[Any]:
     """Wait for the run (events, plus a read every second, which also works behind a
     transaction pooler). Every second it checks that each step with queued tasks has a live
     worker, and warns once per step that has none, saying how to start one. A terminal shows
@@ -209,6 +248,8 @@ def _wait_with_progress(client: Client, run_id: uuid.UUID, timeout: float) -> Ru
 
     def tick() -> None:
         nonlocal last_line
+        if stopped():
+            raise _StoppedWaiting
         for step in run.unserved_steps(conn=checks):
             if step.step_slug not in warned:
                 warned.add(step.step_slug)

@@ -154,7 +154,8 @@ def _build(args: argparse.Namespace) -> int:
     files = project_module.spec_files(paths)
     try:
         package = args.package or config.get("package") or build_module.package_for(out, project)
-        generated = build_module.generate(files, package=package, project=project)
+        loaded = build_module.load(files, project=project)
+        generated = build_module.generate_loaded(loaded, package=package)
     except problems_module.SpecErrors as exc:
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)
@@ -162,6 +163,8 @@ def _build(args: argparse.Namespace) -> int:
     except naming.FlowSpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for warning in build_module.unfound_handler_modules(loaded, project):
+        print(warning, file=sys.stderr)
     outcome = build_module.apply(generated, args.out, check=args.check)
     if args.check:
         if outcome.stale:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -86,7 +87,42 @@ def load(spec_paths: Sequence[Path], *, project: Path) -> list[checks.LoadedSpec
 
 def generate(spec_paths: Sequence[Path], *, package: str, project: Path) -> dict[str, str]:
     """Every generated file, keyed by its path relative to the output directory."""
-    loaded = load(spec_paths, project=project)
+    return generate_loaded(load(spec_paths, project=project), package=package)
+
+
+def unfound_handler_modules(loaded: Sequence[checks.LoadedSpec], project: Path) -> list[str]:
+    """A warning for each step whose handler module no file of the project provides (nor of
+    its `src/`), and no installed package: most likely a typo, which the worker would meet only
+    when it starts. A warning, since a handler may live on another path at run time."""
+    warnings = []
+    for item in loaded:
+        for index, step in enumerate(item.spec.steps):
+            module = step.handler.partition(":")[0]
+            if _module_found(module, project):
+                continue
+            where = item.locator.at(("steps", index, "handler"))
+            warnings.append(
+                f'{where}: warning: the handler module "{module}" of step "{step.slug}" is not'
+                f" found under {project} (nor its src/): check `handler:`, or ignore this when"
+                " the module is installed or on the workers' PYTHONPATH"
+            )
+    return warnings
+
+
+def _module_found(module: str, project: Path) -> bool:
+    parts = module.split(".")
+    for base in (project, project / "src"):
+        path = base.joinpath(*parts)
+        if path.with_suffix(".py").is_file() or path.is_dir():
+            return True
+    if (project / parts[0]).exists() or (project / "src" / parts[0]).exists():
+        return False  # the project's own package, without that module
+    # Another package: installed? (A top-level lookup imports nothing.)
+    return importlib.util.find_spec(parts[0]) is not None
+
+
+def generate_loaded(loaded: Sequence[checks.LoadedSpec], *, package: str) -> dict[str, str]:
+    """`generate` for specs already loaded (and checked) by `load`."""
     flows = [views.build(item.spec, source=item.source, package=package) for item in loaded]
     sources = _common_source([item.source for item in loaded])
     files: dict[str, str] = {}

@@ -47,9 +47,9 @@ class StepView:
 
     @property
     def handler_entry(self) -> str:
-        """`"slug": module.function,` in a flow-mode worker's HANDLERS."""
+        """`"slug": module.function,` in a flow-mode worker's HANDLERS (inside its `try:`)."""
         entry = layout.Pair(literals.string(self.slug), ": ", layout.Atom(self.handler_expression))
-        return layout.text(entry, indent=4, suffix=",")
+        return layout.text(entry, indent=8, suffix=",")
 
     @property
     def handler_typevar(self) -> str:
@@ -72,12 +72,18 @@ class StepView:
 
     @property
     def handler_assignment(self) -> str:
-        """`HANDLER: <Protocol> = module.function` in a step worker's entry file."""
+        """`HANDLER: <Protocol> = module.function` in a step worker's entry file (inside the
+        `try:` that reports a handler that does not import)."""
         return layout.text(
             layout.Atom(self.handler_expression),
-            indent=0,
+            indent=4,
             prefix=f"HANDLER: {self.handler_name} = ",
         )
+
+    @property
+    def handler_path(self) -> str:
+        """The spec's `handler:`, `package.module:function`."""
+        return f"{self.handler_module}:{self.handler_attr}"
 
     @property
     def handler_import(self) -> str:
@@ -112,6 +118,30 @@ class FlowView:
     max_concurrent: int
     shape_json: str
     route_map_json: str | None
+
+    def import_failure_exit(self, steps: tuple[StepView, ...]) -> str:
+        """`sys.exit(handler_import_failed({step: handler path}, source, exc))`: what an entry
+        file does when the handlers of `steps` do not import (inside its `except`)."""
+        paths = layout.Group(
+            "",
+            "{",
+            "}",
+            tuple(
+                layout.Pair(
+                    literals.string(step.slug),
+                    ": ",
+                    layout.Atom(literals.string(step.handler_path)),
+                )
+                for step in steps
+            ),
+        )
+        call = layout.Group(
+            "handler_import_failed",
+            "(",
+            ")",
+            (paths, layout.Atom(literals.string(self.source)), layout.Atom("exc")),
+        )
+        return layout.text(layout.Group("sys.exit", "(", ")", (call,)), indent=4)
 
     @property
     def handler_import_blocks(self) -> tuple[tuple[str, ...], ...]:
@@ -220,7 +250,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports.append("StepOptions")
     if spec.queue_mode == "step":
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
-    runtime_imports += ["run_main", "start_worker"]
+    runtime_imports += ["handler_import_failed", "run_main", "start_worker"]
 
     input_schema = (
         None
@@ -272,6 +302,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                     *(["Steps"] if spec.steps else []),
                     *(decl.name for decl in builder.decls),
                     *(view.handler_name for view in steps),
+                    "handler_import_failed",
                     "run_main",
                     "start_worker",
                 ]

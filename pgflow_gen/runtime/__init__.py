@@ -32,7 +32,7 @@ from pgflow_gen.runtime.flow import (
     StepQueuedFlow,
     with_step_queues,
 )
-from pgflow_gen.runtime.worker import run_main, start_worker
+from pgflow_gen.runtime.worker import handler_import_failed, run_main, start_worker
 from pgflow_gen.runtime.worker_config import WorkerSettings
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "TypedDict",
     "Worker",
     "WorkerSettings",
+    "handler_import_failed",
     "run_main",
     "run_worker",
     "start_worker",

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import logging
 import os
+import pkgutil
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -141,6 +144,66 @@ def run_main(main: Callable[[], None]) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def handler_import_failed(
+    handlers: Mapping[str, str], source: str, exc: ImportError | AttributeError
+) -> int:
+    """What a generated entry file does when its handlers do not import (a typo in the spec's
+    `handler:` or in the module): log one line naming the handler, the spec and Python's own
+    message with a suggestion, and return exit status 1. `handlers` maps each step to its
+    handler path (`app.handlers:greeting`) as the spec `source` names it."""
+    _configure_logging()
+    error = handler_import_error(handlers, source, exc)
+    log.error("%s: %s", type(error).__name__, error)
+    return 1
+
+
+def handler_import_error(
+    handlers: Mapping[str, str], source: str, exc: ImportError | AttributeError
+) -> errors.ConfigError:
+    """The ConfigError for handlers that do not import (see `handler_import_failed`)."""
+    reason = traceback.format_exception_only(exc)[-1].strip()
+    suggestion = _suggestion(exc)
+    if suggestion and "Did you mean" not in reason:
+        reason += f". Did you mean: {suggestion!r}?"
+    culprits = [(step, path) for step, path in handlers.items() if _names_the_failure(path, exc)]
+    if culprits:
+        step, path = culprits[0]
+        what = f'The handler "{path}" of step "{step}" ({source}) does'
+    else:  # something the handler's module imports
+        what = f"The handlers ({source}) do"
+    return errors.ConfigError(
+        f"{what} not import: {reason}",
+        hint=f"Fix `handler:` in {source} (or the module) and run `pgflow-gen build`; run the"
+        " worker from the folder that holds the handler's package.",
+    )
+
+
+def _names_the_failure(path: str, exc: ImportError | AttributeError) -> bool:
+    module, _, function = path.partition(":")
+    if isinstance(exc, AttributeError):
+        owner = getattr(getattr(exc, "obj", None), "__name__", None)
+        return owner == module and getattr(exc, "name", None) == function
+    missing = exc.name or ""
+    return bool(missing) and (module == missing or module.startswith(missing + "."))
+
+
+def _suggestion(exc: ImportError | AttributeError) -> str | None:
+    """A near name for a missing attribute or module, as Python suggests for a missing name."""
+    name = getattr(exc, "name", None) or ""
+    if isinstance(exc, AttributeError):
+        candidates = [n for n in dir(getattr(exc, "obj", None)) if not n.startswith("_")]
+        near = difflib.get_close_matches(name, candidates, n=1)
+        return near[0] if near else None
+    parent, _, leaf = name.rpartition(".")
+    package = sys.modules.get(parent) if parent else None
+    if parent and package is None:
+        return None
+    where = getattr(package, "__path__", None) if package is not None else None
+    found = [module.name for module in pkgutil.iter_modules(where)]
+    near = difflib.get_close_matches(leaf, found, n=1)
+    return (f"{parent}.{near[0]}" if parent else near[0]) if near else None
 
 
 def _abandoned_handler_threads() -> bool:

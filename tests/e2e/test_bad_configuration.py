@@ -4,11 +4,15 @@ retried. Each case runs a generated entry file as a process."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Workers
+from tests.e2e.harness import PROJECT, Workers
 
 
 @pytest.fixture
@@ -62,3 +66,44 @@ def test_a_server_that_is_not_there_yet_is_still_waited_for(nowhere_workers: Wor
         worker.wait_for_log("database not reachable yet")
     finally:
         nowhere_workers.close()
+
+
+@pytest.mark.parametrize(
+    ("typo", "reason"),
+    [
+        (
+            "app.handlers:shot",
+            "AttributeError: module 'app.handlers' has no attribute 'shot'. Did you mean: 'shout'?",
+        ),
+        (
+            "app.handler:shout",
+            "ModuleNotFoundError: No module named 'app.handler'. Did you mean: 'app.handlers'?",
+        ),
+    ],
+    ids=["function", "module"],
+)
+def test_a_handler_path_that_does_not_import_is_one_line_and_exit_1(
+    tmp_path: Path, typo: str, reason: str
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    spec = project / "flows" / "plain.yaml"
+    spec.write_text(spec.read_text().replace("handler: app.handlers:shout", f"handler: {typo}"))
+    built = subprocess.run(
+        [sys.executable, "-m", "pgflow_gen.cli", "build", "flows", "--out", "app/pgflow"],
+        cwd=project, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    worker = subprocess.run(
+        [sys.executable, "-m", "app.pgflow.workers.e2e_plain.worker"],
+        cwd=project, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PGFLOW_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"},
+    )  # fmt: skip
+    assert worker.returncode == 1
+    lines = worker.stderr.splitlines()
+    assert [line.split(" ERROR ", 1)[1] for line in lines if " ERROR " in line] == [
+        f'pgflow_gen.worker: ConfigError: The handler "{typo}" of step "shout"'
+        f" (flows/plain.yaml) does not import: {reason}"
+    ]
+    assert lines[-1].startswith("HINT: Fix `handler:` in flows/plain.yaml")
+    assert "Traceback" not in worker.stderr

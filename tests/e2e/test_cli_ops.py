@@ -14,7 +14,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import cli
-from tests.e2e.harness import PROJECT, Db, Workers, eventually
+from tests.e2e.harness import PROJECT, Db, Workers
 from tests.e2e.project.app.pgflow import e2e_plain
 
 
@@ -312,19 +312,21 @@ def test_ctrl_c_during_start_wait_says_the_run_goes_on_and_how_to_follow_it(
 ) -> None:
     # No worker runs: the run waits for one, and so does `start --wait`.
     compile_plain(db)
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "pgflow_gen.cli", "start", "e2ePlain", "--input",
-         '{"name": "ada"}', "--wait", "--database-url", db_url],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        eventually(lambda: db.value("select count(*) from pgflow.runs") == 1, "the run")
-        run_id = db.value("select run_id from pgflow.runs")
-        waiting.send_signal(signal.SIGINT)
-        out, err = waiting.communicate(timeout=30)
-    finally:
-        waiting.kill()
-        waiting.wait()
+    command = [sys.executable, "-m", "pgflow_gen.cli", "start", "e2ePlain", "--input",
+               '{"name": "ada"}', "--wait", "--database-url", db_url]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as waiting:
+        try:
+            assert waiting.stdout is not None
+            started = waiting.stdout.readline()  # printed once Ctrl-C is handled
+            run_id = db.value("select run_id from pgflow.runs")
+            waiting.send_signal(signal.SIGINT)
+            rest, err = waiting.communicate(timeout=30)
+            out = started + rest
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
     assert waiting.returncode == 130
     assert out == f"started run {run_id} of e2ePlain\n"
     assert err.rstrip("\n").splitlines()[-1] == (

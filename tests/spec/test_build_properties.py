@@ -326,7 +326,8 @@ def handler_stubs(root: Path, files: dict[str, str]) -> None:
     use taking and returning anything: mypy checks the generated code, not the handlers."""
     functions: dict[str, set[str]] = {}
     for content in files.values():
-        for module, alias in re.findall(r"^import ([\w.]+)(?: as (\w+))?$", content, re.M):
+        # Entry files import their handlers inside a `try:` (indented).
+        for module, alias in re.findall(r"^\s*import ([\w.]+)(?: as (\w+))?$", content, re.M):
             if module == "sys":
                 continue
             reference = re.escape(alias or module)

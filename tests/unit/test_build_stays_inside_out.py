@@ -23,6 +23,8 @@ steps:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "project" / "flows").mkdir(parents=True)
     (tmp_path / "project" / "flows" / "tiny.yaml").write_text(SPEC)
+    (tmp_path / "project" / "app").mkdir()
+    (tmp_path / "project" / "app" / "handlers.py").write_text("def only(v, ctx, /): ...\n")
     monkeypatch.chdir(tmp_path / "project")
     return tmp_path / "project"
 

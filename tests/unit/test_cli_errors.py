@@ -21,7 +21,7 @@ def broken_generator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def explode(*args: object, **kwargs: object) -> dict[str, str]:
         raise RuntimeError("the generator broke\nsecond line")
 
-    monkeypatch.setattr(build, "generate", explode)
+    monkeypatch.setattr(build, "generate_loaded", explode)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "flows").mkdir()
     (tmp_path / "app").mkdir()

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -34,6 +35,7 @@ __all__ = [
     "TwoDeps",
     "TwoHandler",
     "TwoOutput",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

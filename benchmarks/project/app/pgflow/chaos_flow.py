@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -37,6 +38,7 @@ __all__ = [
     "SquareOutput",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -15,6 +15,7 @@ from pgflow_gen.runtime import (
     StepOptions,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -40,6 +41,7 @@ __all__ = [
     "ThankHelpersItem",
     "ThankHelpersItemOutput",
     "ThankHelpersOutput",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

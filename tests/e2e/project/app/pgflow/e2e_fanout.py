@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -38,6 +39,7 @@ __all__ = [
     "PickOutput",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

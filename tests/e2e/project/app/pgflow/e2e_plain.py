@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "WrapUpDeps",
     "WrapUpHandler",
     "WrapUpOutput",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -17,6 +17,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -34,6 +35,7 @@ __all__ = [
     "Output",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -9,6 +9,7 @@ from pgflow_gen.runtime import (
     Flow,
     FlowOptions,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     Json,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Input",
     "Output",
     "StepSlug",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "StoreHandler",
     "StoreOutput",
     "StoreOutputLocation",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -14,6 +14,7 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "Output",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

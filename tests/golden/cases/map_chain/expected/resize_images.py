@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "ResizeOutput",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -36,6 +37,7 @@ __all__ = [
     "SummarizeDeps",
     "SummarizeHandler",
     "SummarizeOutput",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -22,6 +22,7 @@ from pgflow_gen.runtime import (
     Step,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -60,6 +61,7 @@ __all__ = [
     "TypeDeps",
     "TypeHandler",
     "TypeOutput",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -13,6 +13,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Output",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -12,6 +12,7 @@ from pgflow_gen.runtime import (
     MaybeAwaitable,
     Step,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "PerRowOutput",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

@@ -15,6 +15,7 @@ from pgflow_gen.runtime import (
     StepOptions,
     StepQueuedFlow,
     TypedDict,
+    handler_import_failed,
     run_main,
     start_worker,
     with_step_queues,
@@ -36,6 +37,7 @@ __all__ = [
     "PublishOutput",
     "StepSlug",
     "Steps",
+    "handler_import_failed",
     "run_main",
     "start_worker",
 ]

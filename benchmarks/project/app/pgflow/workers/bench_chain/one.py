@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...bench_chain import (
     STEP_QUEUED_FLOW,
     OneHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: OneHandler = app.handlers.one
+try:
+    import app.handlers
+
+    HANDLER: OneHandler = app.handlers.one
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"one": "app.handlers:one"}, "flows/chain.yaml", exc))
 
 
 def main() -> None:

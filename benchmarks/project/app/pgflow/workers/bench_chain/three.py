@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...bench_chain import (
     STEP_QUEUED_FLOW,
     ThreeHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: ThreeHandler = app.handlers.three
+try:
+    import app.handlers
+
+    HANDLER: ThreeHandler = app.handlers.three
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"three": "app.handlers:three"}, "flows/chain.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.chaos
-
 from ...chaos_flow import (
     STEP_QUEUED_FLOW,
     JoinHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: JoinHandler = app.chaos.join
+try:
+    import app.chaos
+
+    HANDLER: JoinHandler = app.chaos.join
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"join": "app.chaos:join"}, "flows/chaos.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.chaos
-
 from ...chaos_flow import (
     STEP_QUEUED_FLOW,
     SideHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SideHandler = app.chaos.side
+try:
+    import app.chaos
+
+    HANDLER: SideHandler = app.chaos.side
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"side": "app.chaos:side"}, "flows/chaos.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.chaos
-
 from ...chaos_flow import (
     STEP_QUEUED_FLOW,
     SplitHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SplitHandler = app.chaos.split
+try:
+    import app.chaos
+
+    HANDLER: SplitHandler = app.chaos.split
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"split": "app.chaos:split"}, "flows/chaos.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.chaos
-
 from ...chaos_flow import (
     STEP_QUEUED_FLOW,
     SquareHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SquareHandler = app.chaos.square
+try:
+    import app.chaos
+
+    HANDLER: SquareHandler = app.chaos.square
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"square": "app.chaos:square"}, "flows/chaos.yaml", exc))
 
 
 def main() -> None:

@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...iso_flow import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "slow": app.handlers.slow,
-    "fast": app.handlers.fast,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "slow": app.handlers.slow,
+        "fast": app.handlers.fast,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"slow": "app.handlers:slow", "fast": "app.handlers:fast"},
+            "flows/isolation_flow.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...iso_steps import (
     STEP_QUEUED_FLOW,
     FastHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FastHandler = app.handlers.fast
+try:
+    import app.handlers
+
+    HANDLER: FastHandler = app.handlers.fast
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"fast": "app.handlers:fast"}, "flows/isolation_step.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...community_threads_v1 import (
     STEP_QUEUED_FLOW,
     ClassifyHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: ClassifyHandler = app.handlers.classify
+try:
+    import app.handlers
+
+    HANDLER: ClassifyHandler = app.handlers.classify
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"classify": "app.handlers:classify"}, "flows/community_threads.yaml", exc
+        )
+    )
 
 
 def main() -> None:

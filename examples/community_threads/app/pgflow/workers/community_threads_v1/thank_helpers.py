@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...community_threads_v1 import (
     STEP_QUEUED_FLOW,
     ThankHelpersHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: ThankHelpersHandler = app.handlers.thank_helper
+try:
+    import app.handlers
+
+    HANDLER: ThankHelpersHandler = app.handlers.thank_helper
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"thankHelpers": "app.handlers:thank_helper"}, "flows/community_threads.yaml", exc
+        )
+    )
 
 
 def main() -> None:

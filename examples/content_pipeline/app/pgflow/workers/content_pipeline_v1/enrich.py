@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     EnrichHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: EnrichHandler = app.handlers.enrich
+try:
+    import app.handlers
+
+    HANDLER: EnrichHandler = app.handlers.enrich
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed({"enrich": "app.handlers:enrich"}, "flows/content_pipeline.yaml", exc)
+    )
 
 
 def main() -> None:

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     FetchPagesHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FetchPagesHandler = app.handlers.fetch_page
+try:
+    import app.handlers
+
+    HANDLER: FetchPagesHandler = app.handlers.fetch_page
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"fetchPages": "app.handlers:fetch_page"}, "flows/content_pipeline.yaml", exc
+        )
+    )
 
 
 def main() -> None:

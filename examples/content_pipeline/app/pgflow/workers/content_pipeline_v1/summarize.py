@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...content_pipeline_v1 import (
     STEP_QUEUED_FLOW,
     SummarizeHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SummarizeHandler = app.handlers.summarize
+try:
+    import app.handlers
+
+    HANDLER: SummarizeHandler = app.handlers.summarize
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"summarize": "app.handlers:summarize"}, "flows/content_pipeline.yaml", exc
+        )
+    )
 
 
 def main() -> None:

@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...greet_user import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "fullName": app.handlers.full_name,
-    "greeting": app.handlers.greeting,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "fullName": app.handlers.full_name,
+        "greeting": app.handlers.greeting,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"fullName": "app.handlers:full_name", "greeting": "app.handlers:greeting"},
+            "flows/greet_user.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

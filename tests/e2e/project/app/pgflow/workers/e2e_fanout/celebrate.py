@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_fanout import (
     STEP_QUEUED_FLOW,
     CelebrateHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: CelebrateHandler = app.handlers.celebrate
+try:
+    import app.handlers
+
+    HANDLER: CelebrateHandler = app.handlers.celebrate
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed({"celebrate": "app.handlers:celebrate"}, "flows/fanout.yaml", exc)
+    )
 
 
 def main() -> None:

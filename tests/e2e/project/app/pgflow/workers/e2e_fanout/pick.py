@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_fanout import (
     STEP_QUEUED_FLOW,
     PickHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: PickHandler = app.handlers.pick
+try:
+    import app.handlers
+
+    HANDLER: PickHandler = app.handlers.pick
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"pick": "app.handlers:pick"}, "flows/fanout.yaml", exc))
 
 
 def main() -> None:

@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_plain import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "shout": app.handlers.shout,
-    "wrap_up": app.handlers.wrap_up,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "shout": app.handlers.shout,
+        "wrap_up": app.handlers.wrap_up,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"shout": "app.handlers:shout", "wrap_up": "app.handlers:wrap_up"},
+            "flows/plain.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_steps import (
     STEP_QUEUED_FLOW,
     FirstHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FirstHandler = app.handlers.first
+try:
+    import app.handlers
+
+    HANDLER: FirstHandler = app.handlers.first
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"first": "app.handlers:first"}, "flows/steps.yaml", exc))
 
 
 def main() -> None:

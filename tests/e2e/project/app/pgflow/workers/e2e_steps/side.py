@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_steps import (
     STEP_QUEUED_FLOW,
     SideHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SideHandler = app.handlers.side
+try:
+    import app.handlers
+
+    HANDLER: SideHandler = app.handlers.side
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"side": "app.handlers:side"}, "flows/steps.yaml", exc))
 
 
 def main() -> None:

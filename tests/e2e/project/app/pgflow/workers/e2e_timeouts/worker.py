@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...e2e_timeouts import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "slowSync": app.handlers.slow_sync,
-    "slowAsync": app.handlers.slow_async,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "slowSync": app.handlers.slow_sync,
+        "slowAsync": app.handlers.slow_async,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"slowSync": "app.handlers:slow_sync", "slowAsync": "app.handlers:slow_async"},
+            "flows/timeouts.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...awkward_values import (
     STEP_QUEUED_FLOW,
     A10Handler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: A10Handler = app.handlers.a10
+try:
+    import app.handlers
+
+    HANDLER: A10Handler = app.handlers.a10
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"a10": "app.handlers:a10"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import annotations.tasks as _handlers_0
-
 from ...awkward_values import (
     STEP_QUEUED_FLOW,
     A2Handler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: A2Handler = _handlers_0.run
+try:
+    import annotations.tasks as _handlers_0
+
+    HANDLER: A2Handler = _handlers_0.run
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"a2": "annotations.tasks:run"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.tickets
-
 from ...route_ticket_v2 import (
     STEP_QUEUED_FLOW,
     PageOnCallHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: PageOnCallHandler = app.tickets.page_on_call
+try:
+    import app.tickets
+
+    HANDLER: PageOnCallHandler = app.tickets.page_on_call
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"pageOnCall": "app.tickets:page_on_call"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import STEP_QUEUED_FLOW as _handlers_0
-
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     FirstHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FirstHandler = _handlers_0.run
+try:
+    import STEP_QUEUED_FLOW as _handlers_0
+
+    HANDLER: FirstHandler = _handlers_0.run
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"first": "STEP_QUEUED_FLOW:run"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     FourthHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FourthHandler = app.handlers.fourth
+try:
+    import app.handlers
+
+    HANDLER: FourthHandler = app.handlers.fourth
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"fourth": "app.handlers:fourth"}, "flow.yaml", exc))
 
 
 def main() -> None:

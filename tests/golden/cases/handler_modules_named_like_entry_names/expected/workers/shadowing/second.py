@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import start_worker.jobs as _handlers_0
-
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     SecondHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SecondHandler = _handlers_0.go
+try:
+    import start_worker.jobs as _handlers_0
+
+    HANDLER: SecondHandler = _handlers_0.go
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"second": "start_worker.jobs:go"}, "flow.yaml", exc))
 
 
 def main() -> None:

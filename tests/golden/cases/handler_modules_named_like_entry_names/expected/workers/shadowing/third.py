@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import ThirdHandler as _handlers_0
-
 from ...shadowing import (
     STEP_QUEUED_FLOW,
     ThirdHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: ThirdHandler = _handlers_0.run
+try:
+    import ThirdHandler as _handlers_0
+
+    HANDLER: ThirdHandler = _handlers_0.run
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"third": "ThirdHandler:run"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import sys
 
-import shapes
-
 from ...typed_shapes import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "store": shapes.store,
-}
+try:
+    import shapes
+
+    HANDLERS: Handlers = {
+        "store": shapes.store,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"store": "shapes:store"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -9,20 +9,36 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...long_lines import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "classify": app.handlers.classify,
-    "deliverToEveryConfiguredChannel": app.handlers.deliver,
-    "numbers": app.handlers.numbers,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "classify": app.handlers.classify,
+        "deliverToEveryConfiguredChannel": app.handlers.deliver,
+        "numbers": app.handlers.numbers,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {
+                "classify": "app.handlers:classify",
+                "deliverToEveryConfiguredChannel": "app.handlers:deliver",
+                "numbers": "app.handlers:numbers",
+            },
+            "flow.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

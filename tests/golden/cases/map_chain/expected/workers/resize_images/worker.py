@@ -9,20 +9,32 @@ from __future__ import annotations
 
 import sys
 
-import images
-
 from ...resize_images import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "load": images.load,
-    "resize": images.resize,
-    "report": images.report,
-}
+try:
+    import images
+
+    HANDLERS: Handlers = {
+        "load": images.load,
+        "resize": images.resize,
+        "report": images.report,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"load": "images:load", "resize": "images:resize", "report": "images:report"},
+            "flow.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import sys
 
-import pipeline.handlers
-
 from ...content_pipeline import (
     STEP_QUEUED_FLOW,
     FetchPagesHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: FetchPagesHandler = pipeline.handlers.fetch_page
+try:
+    import pipeline.handlers
+
+    HANDLER: FetchPagesHandler = pipeline.handlers.fetch_page
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed({"fetchPages": "pipeline.handlers:fetch_page"}, "flow.yaml", exc)
+    )
 
 
 def main() -> None:

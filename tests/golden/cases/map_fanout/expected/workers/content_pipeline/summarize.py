@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import pipeline.handlers
-
 from ...content_pipeline import (
     STEP_QUEUED_FLOW,
     SummarizeHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: SummarizeHandler = pipeline.handlers.summarize
+try:
+    import pipeline.handlers
+
+    HANDLER: SummarizeHandler = pipeline.handlers.summarize
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"summarize": "pipeline.handlers:summarize"}, "flow.yaml", exc))
 
 
 def main() -> None:

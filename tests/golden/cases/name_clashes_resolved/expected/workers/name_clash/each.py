@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...name_clash import (
     STEP_QUEUED_FLOW,
     EachHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: EachHandler = app.handlers.each
+try:
+    import app.handlers
+
+    HANDLER: EachHandler = app.handlers.each
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"each": "app.handlers:each"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...name_clash import (
     STEP_QUEUED_FLOW,
     InputHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: InputHandler = app.handlers.first
+try:
+    import app.handlers
+
+    HANDLER: InputHandler = app.handlers.first
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"input": "app.handlers:first"}, "flow.yaml", exc))
 
 
 def main() -> None:

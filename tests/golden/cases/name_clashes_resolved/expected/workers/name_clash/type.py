@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...name_clash import (
     STEP_QUEUED_FLOW,
     TypeHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: TypeHandler = app.handlers.kind
+try:
+    import app.handlers
+
+    HANDLER: TypeHandler = app.handlers.kind
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"type": "app.handlers:kind"}, "flow.yaml", exc))
 
 
 def main() -> None:

@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import sys
 
-import handlers
-
 from ...greet_user import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "fullName": handlers.full_name,
-    "greeting": handlers.greeting,
-}
+try:
+    import handlers
+
+    HANDLERS: Handlers = {
+        "fullName": handlers.full_name,
+        "greeting": handlers.greeting,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"fullName": "handlers:full_name", "greeting": "handlers:greeting"}, "flow.yaml", exc
+        )
+    )
 
 
 def main() -> None:

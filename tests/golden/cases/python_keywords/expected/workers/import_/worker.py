@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import sys
 
-import kw.handlers
-
 from ...import_ import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "class": kw.handlers.classify,
-    "lambda_step": kw.handlers.lam,
-}
+try:
+    import kw.handlers
+
+    HANDLERS: Handlers = {
+        "class": kw.handlers.classify,
+        "lambda_step": kw.handlers.lam,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"class": "kw.handlers:classify", "lambda_step": "kw.handlers:lam"}, "flow.yaml", exc
+        )
+    )
 
 
 def main() -> None:

@@ -9,20 +9,36 @@ from __future__ import annotations
 
 import sys
 
-import app.handlers
-
 from ...refs_everywhere import (
     FLOW,
     Handlers,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLERS: Handlers = {
-    "each": app.handlers.each,
-    "collect": app.handlers.collect,
-    "perRow": app.handlers.per_row,
-}
+try:
+    import app.handlers
+
+    HANDLERS: Handlers = {
+        "each": app.handlers.each,
+        "collect": app.handlers.collect,
+        "perRow": app.handlers.per_row,
+    }
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {
+                "each": "app.handlers:each",
+                "collect": "app.handlers:collect",
+                "perRow": "app.handlers:per_row",
+            },
+            "flow.yaml",
+            exc,
+        )
+    )
 
 
 def main() -> None:

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import sys
 
-import reports.jobs
-
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     AggregateEverythingAcrossAllTenantsHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: AggregateEverythingAcrossAllTenantsHandler = reports.jobs.aggregate
+try:
+    import reports.jobs
+
+    HANDLER: AggregateEverythingAcrossAllTenantsHandler = reports.jobs.aggregate
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        handler_import_failed(
+            {"aggregateEverythingAcrossAllTenants": "reports.jobs:aggregate"}, "flow.yaml", exc
+        )
+    )
 
 
 def main() -> None:

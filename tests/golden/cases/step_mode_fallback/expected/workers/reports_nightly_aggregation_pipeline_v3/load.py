@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import reports.jobs
-
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     LoadHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: LoadHandler = reports.jobs.load
+try:
+    import reports.jobs
+
+    HANDLER: LoadHandler = reports.jobs.load
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"load": "reports.jobs:load"}, "flow.yaml", exc))
 
 
 def main() -> None:

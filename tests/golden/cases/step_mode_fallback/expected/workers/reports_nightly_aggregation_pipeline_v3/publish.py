@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 
-import reports.jobs
-
 from ...reports_nightly_aggregation_pipeline_v3 import (
     STEP_QUEUED_FLOW,
     PublishHandler,
+    handler_import_failed,
     run_main,
     start_worker,
 )
 
-HANDLER: PublishHandler = reports.jobs.publish
+try:
+    import reports.jobs
+
+    HANDLER: PublishHandler = reports.jobs.publish
+except (ImportError, AttributeError) as exc:  # a typo in the spec's handler: one line, exit 1
+    if __name__ != "__main__":
+        raise
+    sys.exit(handler_import_failed({"publish": "reports.jobs:publish"}, "flow.yaml", exc))
 
 
 def main() -> None:
