@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import math
 import re
@@ -187,6 +188,7 @@ def _dependency_problems(
             )
         elif dep not in index_of:
             near = [s for s in index_of if s.lower() == dep.lower()]
+            near = near or difflib.get_close_matches(dep, [s for s in index_of if s != dep], n=1)
             yield problem(
                 "unknown_dependency",
                 f'Step "{step.slug}" depends on "{dep}", which is not a step of this flow.',
