@@ -20,6 +20,19 @@ from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
 
+#: The help of the spec paths `validate`, `build` and `graph` take.
+PATHS_HELP = "spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)"
+
+
+def _spec_paths(given: list[Path]) -> list[Path]:
+    """The spec paths given, else `[tool.pgflow-gen] specs`; UsageError when neither is."""
+    paths = given or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
+    if not paths:
+        raise UsageError(
+            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
+        )
+    return paths
+
 
 def register(commands: cli_parser.Commands) -> None:
     """Add `init`, `validate`, `build` and `graph` to the `pgflow-gen` parser."""
@@ -36,7 +49,7 @@ def register(commands: cli_parser.Commands) -> None:
         "paths",
         nargs="*",
         type=Path,
-        help="spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)",
+        help=PATHS_HELP,
     )
     validate.set_defaults(handler=_validate)
 
@@ -70,7 +83,7 @@ def register(commands: cli_parser.Commands) -> None:
         "paths",
         nargs="*",
         type=Path,
-        help="spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)",
+        help=PATHS_HELP,
     )
     graph.set_defaults(handler=_graph)
 
@@ -104,13 +117,8 @@ def _init(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     problems: list[problems_module.Problem] = []
-    paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
-    if not paths:
-        raise UsageError(
-            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
-        )
-    args.paths = paths
-    files = project_module.spec_files(paths)
+    args.paths = _spec_paths(args.paths)
+    files = project_module.spec_files(args.paths)
     try:
         build_module.load(files, project=Path.cwd())
     except problems_module.SpecErrors as exc:
@@ -189,13 +197,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    paths = args.paths or [Path(p) for p in project_module.config(Path.cwd()).get("specs", [])]
-    if not paths:
-        raise UsageError(
-            "pass spec files or folders, or set `specs` under [tool.pgflow-gen] in pyproject.toml."
-        )
-    args.paths = paths
-    files = project_module.spec_files(paths)
+    args.paths = _spec_paths(args.paths)
+    files = project_module.spec_files(args.paths)
     if not files:
         raise UsageError(
             f"No spec files found in {', '.join(map(str, args.paths))}.",
