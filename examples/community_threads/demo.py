@@ -27,7 +27,7 @@ from app.pgflow.community_threads_v1 import FLOW, Input  # noqa: E402
 
 from pgflow_gen.cli.output import table  # noqa: E402
 from pgflow_gen.errors import PgflowError  # noqa: E402
-from pgflow_gen.runtime import Client, database, migrations  # noqa: E402
+from pgflow_gen.runtime import Client, database, migrations, project_root  # noqa: E402
 
 RUNS = 50
 TEXTS = (
@@ -146,6 +146,12 @@ def main() -> None:
                 proc.send_signal(signal.SIGTERM)
         codes = {name: proc.wait(timeout=60) for name, proc in workers.items()}
         print(f"  exit codes: {codes}")
+        if database.configured_url() is None:
+            root = project_root.find(Path.cwd())
+            print(
+                f"\nThe embedded PostgreSQL of {root} keeps running, for the next `make demo`"
+                f" or `pgflow-gen` command; stop it with `pgflow-gen db stop` from {root}."
+            )
 
 
 if __name__ == "__main__":
