@@ -21,13 +21,11 @@ def database_url(explicit: str | None) -> str:
     """The database a command uses: `explicit`, the environment, else the embedded server of the
     project root of the current folder (found from a subfolder too), saying on stderr which root
     when it starts that server."""
-    url = database.configured_url(explicit)
-    if url is not None:
-        return url
-    server = embedded_server()
-    if not server.is_running():
-        print(f"starting the embedded PostgreSQL of {server_root()}", file=sys.stderr)
-    return server.ensure_started()
+
+    def say(root: Path) -> None:
+        print(f"starting the embedded PostgreSQL of {root}", file=sys.stderr)
+
+    return database.resolve_url(explicit, on_start=say)
 
 
 def server_root() -> Path:

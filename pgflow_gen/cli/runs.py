@@ -107,7 +107,12 @@ def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> N
         return
     near = [slug for slug in known if slug.lower() == flow_slug.lower()]
     near = near or difflib.get_close_matches(flow_slug, known, n=1)
-    listed = f"Compiled flows: {', '.join(known) or '(none)'}."
+    listed = f"Compiled flows: {', '.join(known) or '(none)'}." + (
+        ""
+        if known
+        else " A flow is compiled by its generated migration (`pgflow-gen db apply`)"
+        " or when its worker starts."
+    )
     raise UsageError(
         f'No flow "{flow_slug}" is compiled in this database.',
         hint=f'Did you mean "{near[0]}"? Slugs are exact. {listed}' if near else listed,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -31,9 +32,15 @@ def configured_url(explicit: str | None = None) -> str | None:
     return None
 
 
-def resolve_url(explicit: str | None = None, *, project: Path | None = None) -> str:
+def resolve_url(
+    explicit: str | None = None,
+    *,
+    project: Path | None = None,
+    on_start: Callable[[Path], None] | None = None,
+) -> str:
     """The URL to connect to, starting the project's embedded server when nothing is configured
-    (`project`, else the project root of the current folder: runtime/project_root.py).
+    (`project`, else the project root of the current folder: runtime/project_root.py);
+    `on_start(root)` is called first when that server has to be started.
 
     >>> resolve_url("postgresql://localhost/app")
     'postgresql://localhost/app'
@@ -41,7 +48,10 @@ def resolve_url(explicit: str | None = None, *, project: Path | None = None) -> 
     url = configured_url(explicit)
     if url is not None:
         return url
-    server = embedded.EmbeddedServer.for_project(project or project_root.find(Path.cwd()))
+    root = project or project_root.find(Path.cwd())
+    server = embedded.EmbeddedServer.for_project(root)
+    if on_start is not None and not server.is_running():
+        on_start(root)
     return server.ensure_started()
 
 

@@ -31,9 +31,12 @@ def find(start: Path) -> Path:
 
 def _declares_pgflow_gen(path: Path) -> bool:
     try:
-        with path.open("rb") as handle:
-            tool = tomllib.load(handle).get("tool", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        # No such file, or one the CLI will report in its own words when it reads the config.
-        return path.is_file() and "[tool.pgflow-gen" in path.read_text(errors="replace")
+        data = path.read_bytes()
+    except OSError:  # no such file, or one we may not read
+        return False
+    try:
+        tool = tomllib.loads(data.decode("utf-8", errors="replace")).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        # Still the project's root: the CLI reports the file in its own words when it reads it.
+        return b"[tool.pgflow-gen" in data
     return isinstance(tool, dict) and "pgflow-gen" in tool
