@@ -7,6 +7,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+EXCERPT_LENGTH = 60
+
+
+def excerpt(text: str) -> str:
+    """`text` as a message shows it: cut to EXCERPT_LENGTH characters, so a huge value from a
+    user's input never floods the terminal.
+
+    >>> excerpt("x" * 100)
+    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (100 characters)'
+    """
+    if len(text) <= EXCERPT_LENGTH:
+        return text
+    return f"{text[: EXCERPT_LENGTH - 1]}… ({len(text):,} characters)"
+
 
 class PgflowError(Exception):
     code: ClassVar[str] = "pgflow_error"

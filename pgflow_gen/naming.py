@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from pgflow_gen.errors import PgflowError
+from pgflow_gen.errors import PgflowError, excerpt
 
 MAX_PGMQ_QUEUE_NAME_LENGTH = 47
 MAX_SLUG_LENGTH = 128
@@ -151,7 +151,7 @@ def check_flow_slug(flow_slug: str) -> None:
     violation = slug_violation(flow_slug)
     if violation is not None:
         raise InvalidSlugError(
-            f'Invalid flow slug "{flow_slug}".',
+            f'Invalid flow slug "{excerpt(flow_slug)}".',
             detail=f"The slug is invalid: {violation}.",
             hint=SLUG_HINT,
             flow_slug=flow_slug,
@@ -184,7 +184,7 @@ def step_slug_errors(flow_slug: str, step_slugs: Sequence[str]) -> list[FlowSpec
         if violation is not None:
             errors.append(
                 InvalidSlugError(
-                    f'Invalid step slug "{step_slug}" in flow "{flow_slug}".',
+                    f'Invalid step slug "{excerpt(step_slug)}" in flow "{excerpt(flow_slug)}".',
                     detail=f"The slug is invalid: {violation}.",
                     hint=SLUG_HINT,
                     flow_slug=flow_slug,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pgflow_gen.codegen import names, views
+from pgflow_gen.errors import excerpt
 from pgflow_gen.spec import model
 from pgflow_gen.spec.locate import Locator
 from pgflow_gen.spec.problems import Problem
@@ -65,7 +66,8 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
         if len(step_spec.handler) > names.MAX_HANDLER_LENGTH:
             yield Problem(
                 "name_too_long",
-                f"The handler path {step_spec.handler!r} has {len(step_spec.handler)} characters;"
+                f"The handler path {excerpt(repr(step_spec.handler))}"
+                f" has {len(step_spec.handler)} characters;"
                 f" at most {names.MAX_HANDLER_LENGTH} are allowed.",
                 item.locator.at(("steps", index, "handler")),
                 detail="The worker entry file imports it on one line.",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pgflow_gen import naming
+from pgflow_gen.errors import excerpt
 from pgflow_gen.spec import model
 from pgflow_gen.spec.locate import Locator
 from pgflow_gen.spec.problems import Problem
@@ -65,7 +66,7 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
         if keywords:
             yield problem(
                 "invalid_handler_path",
-                f"Invalid handler path {step.handler!r}.",
+                f"Invalid handler path {excerpt(repr(step.handler))}.",
                 ("steps", index, "handler"),
                 detail=f'"{keywords[0]}" is a Python keyword, so no import can name it.',
                 hint='Write "package.module:function" with names Python can import.',
@@ -269,7 +270,7 @@ def _schema_problems(
             if too_big or not (value is None or isinstance(value, bool | int | str)):
                 yield problem(
                     "unsupported_literal",
-                    f"{value!r} cannot be a Literal value.",
+                    f"{excerpt(repr(value))} cannot be a Literal value.",
                     (*at, "enum" if value in (node.enum or []) else "const"),
                     hint="enum and const values must be strings, integers (64-bit),"
                     " booleans or null.",

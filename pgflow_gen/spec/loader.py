@@ -14,7 +14,8 @@ import pydantic
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from pgflow_gen.spec import checks, model
+from pgflow_gen.errors import excerpt
+from pgflow_gen.spec import checks, limits, model
 from pgflow_gen.spec.locate import Locator, plain
 from pgflow_gen.spec.problems import Location, Problem, SpecErrors
 
@@ -37,6 +38,9 @@ def load_file(path: Path, *, display_name: str | None = None) -> model.FlowSpec:
 
 def load_text(text: str, file: str) -> model.FlowSpec:
     """Load and validate spec text; `file` names it in error locations."""
+    too_big = limits.check(text, file)
+    if too_big:
+        raise SpecErrors(too_big)
     yaml = YAML(typ="safe", pure=False)  # the C loader when ruamel.yaml.clib is installed
     yaml.allow_duplicate_keys = False
     try:
@@ -92,7 +96,7 @@ def _schema_problems(errors: list[Any], data: Any, locator: Locator) -> list[Pro
         problems.append(
             Problem(
                 "invalid_value",
-                f'Invalid value {found[0].get("input")!r} for "{field}".',
+                f'Invalid value {excerpt(repr(found[0].get("input")))} for "{field}".',
                 locator.at(keys),
                 hint=f"{'; or '.join(reasons)}.",
             )
@@ -129,6 +133,7 @@ def _schema_problem(error: Any, keys: tuple[str | int, ...], locator: Locator) -
     kind = error["type"]
     field = str(keys[-1]) if keys else "spec"
     ctx = error.get("ctx") or {}
+    given = excerpt(repr(error.get("input")))
     if kind == "extra_forbidden":
         return Problem(
             "unknown_key", f'Unknown key "{field}".', location,
@@ -139,21 +144,21 @@ def _schema_problem(error: Any, keys: tuple[str | int, ...], locator: Locator) -
     if kind in ("less_than_equal", "less_than"):
         return Problem(
             "out_of_range", f'"{field}" must be at most {ctx.get("le", ctx.get("lt"))}.', location,
-            detail=f"Got {error.get('input')!r}.",
+            detail=f"Got {given}.",
         )  # fmt: skip
     if kind in ("greater_than_equal", "greater_than"):
         return Problem(
             "out_of_range", f'"{field}" must be at least {ctx.get("ge", ctx.get("gt"))}.', location,
-            detail=f"Got {error.get('input')!r}.",
+            detail=f"Got {given}.",
         )  # fmt: skip
     if kind == "string_pattern_mismatch" and field == "handler":
         return Problem(
-            "invalid_handler_path", f"Invalid handler path {error.get('input')!r}.", location,
+            "invalid_handler_path", f"Invalid handler path {given}.", location,
             hint='Write "package.module:function", for example "app.handlers:classify".',
         )  # fmt: skip
     if kind == "literal_error":
         return Problem(
-            "invalid_value", f'Invalid value {error.get("input")!r} for "{field}".', location,
+            "invalid_value", f'Invalid value {given} for "{field}".', location,
             hint=f"Expected {ctx.get('expected', 'one of the documented values')}.",
         )  # fmt: skip
     return Problem("invalid_value", f'"{field}": {error["msg"]}.', location)

@@ -35,6 +35,7 @@ from ruamel.yaml import YAML
 
 from pgflow_gen import cli
 from pgflow_gen.codegen import build
+from pgflow_gen.spec import limits
 from pgflow_gen.spec.problems import SpecErrors
 
 ROOT = Path(__file__).parents[2]
@@ -179,6 +180,28 @@ def schemas(draw: Callable[..., Any], defs: tuple[str, ...], depth: int = 0) -> 
 
 
 @st.composite
+def deep_schemas(draw: Callable[..., Any]) -> dict[str, Any]:
+    """A chain of nested arrays, objects and unions around the nesting limit (`spec_too_deep`):
+    YAML levels from the top of the file are what the limit counts, so some just fit and some
+    do not."""
+    levels = draw(st.integers(limits.MAX_DEPTH - 8, limits.MAX_DEPTH + 2))
+    schema: dict[str, Any] = {"type": draw(st.sampled_from(SCALARS))}
+    depth = 4  # the file, "steps", the step and its "output"
+    while True:
+        kind = draw(st.sampled_from(["array", "object", "anyOf"]))
+        cost = 1 if kind == "array" else 2
+        if depth + cost > levels:
+            return schema
+        depth += cost
+        if kind == "array":
+            schema = {"type": "array", "items": schema}
+        elif kind == "object":
+            schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+        else:
+            schema = {"anyOf": [schema, {"type": "null"}]}
+
+
+@st.composite
 def root_schemas(draw: Callable[..., Any], array: bool = False) -> dict[str, Any]:
     names = tuple(draw(st.lists(st.sampled_from(["Item", "Name", "a_b", "aB", "Input", "x1"]),
                                 max_size=3, unique=True)))  # fmt: skip
@@ -237,6 +260,8 @@ def specs(draw: Callable[..., Any]) -> dict[str, Any]:
             step["options"] = {"start_delay": draw(st.integers(0, 10**10 if rarely(draw) else 60))}
         if draw(st.booleans()):
             step["output"] = draw(root_schemas(array=draw(st.booleans())))
+        elif draw(st.integers(0, 9)) == 0:
+            step["output"] = draw(deep_schemas())
         steps.append(step)
     if steps:
         spec["steps"] = steps
@@ -401,6 +426,7 @@ BUILD_ALL = """
 import json, sys
 from pathlib import Path
 from pgflow_gen.codegen import build
+from pgflow_gen.spec import limits
 from pgflow_gen.spec.problems import SpecErrors
 root = Path(sys.argv[1])
 results = {}
