@@ -15,7 +15,7 @@ from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from pgflow_gen.cli.output import print_json
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
-from pgflow_gen.codegen import scaffold
+from pgflow_gen.codegen import origin, scaffold
 from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
@@ -93,7 +93,7 @@ def _init(args: argparse.Namespace) -> int:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} exists and is not a folder.")
     name = scaffold.project_name(folder.resolve().name)
-    files = scaffold.project_files(name)
+    files = scaffold.project_files(name, origin.installed_requirement())
     taken = [path for path in files if (folder / path).exists()]
     if taken:
         raise UsageError(
@@ -109,9 +109,11 @@ def _init(args: argparse.Namespace) -> int:
     print("\nnext:")
     if folder.resolve() != Path.cwd().resolve():
         print(f"  cd {folder}")
-    print("  pgflow-gen build   # generate app/pgflow from flows/hello.yaml")
-    print("  pytest -q          # run tests/test_hello.py through the engine")
-    print("  pgflow-gen dev     # run every worker; rebuild and restart on changes")
+    print("  python3 -m venv .venv && . .venv/bin/activate")
+    print("  pip install -e '.[test]'   # pgflow-gen as installed for init, pytest, mypy")
+    print("  pgflow-gen build           # generate app/pgflow from flows/hello.yaml")
+    print("  pytest -q                  # run tests/test_hello.py through the engine")
+    print("  pgflow-gen dev             # run every worker; rebuild and restart on changes")
     return EXIT_OK
 
 

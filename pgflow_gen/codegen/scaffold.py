@@ -1,5 +1,6 @@
 """The files of a new project (`pgflow-gen init`): a two-step flow in queue mode step, typed
-handlers, a test written with the testing kit, and `[tool.pgflow-gen]` in pyproject.toml.
+handlers, a test written with the testing kit, `[tool.pgflow-gen]` in pyproject.toml, and a
+README that says how to install it (pgflow-gen from where this one came from, `origin`).
 
 The files are templates under `templates/init/` (`<path>.jinja`, `gitignore.jinja` for
 `.gitignore`); this module decides their names and context, and writes nothing.
@@ -14,6 +15,7 @@ from pgflow_gen.codegen import templates
 #: Each file of a new project, relative to its folder.
 FILES = (
     ".gitignore",
+    "README.md",
     "pyproject.toml",
     "flows/hello.yaml",
     "app/__init__.py",
@@ -32,10 +34,11 @@ def project_name(folder_name: str) -> str:
     return name or "my-flows"
 
 
-def project_files(name: str) -> dict[str, str]:
-    """Path -> text of every file of a new project called `name`."""
+def project_files(name: str, requirement: str) -> dict[str, str]:
+    """Path -> text of every file of a new project called `name`, which depends on pgflow-gen
+    through `requirement` (`origin.installed_requirement()` for the one that runs)."""
     files = {}
     for path in FILES:
         template = "init/gitignore.jinja" if path == ".gitignore" else f"init/{path}.jinja"
-        files[path] = templates.render(template, project=name)
+        files[path] = templates.render(template, project=name, requirement=requirement)
     return files

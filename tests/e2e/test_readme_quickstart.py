@@ -1,8 +1,9 @@
-"""The README's quickstart, run as a reader runs it: its spec and handlers are written into a new
-project, its `pgflow-gen` and `python -m` commands run there on the project's own embedded
-server, and every output line the README shows (an inline `# ...` comment, or `# ...` lines
-after a command) is printed by that command. Run ids, worker ids and times may differ; `...`
-stands for any text."""
+"""The README's quickstart, run as a reader runs it, both ways: `pgflow-gen init` and the commands
+after it, and by hand, with its spec and handlers written into a new project. Its `pgflow-gen`,
+`pytest` and `python -m` commands run there on the project's own embedded server (a `cd` in a
+command line moves into the folder), and every output line the README shows (an inline `# ...`
+comment, or `# ...` lines after a command) is printed by that command. Run ids, worker ids and
+times may differ; `...` stands for any text."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from pgflow_gen.runtime import embedded
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 QUICKSTART = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+WITH_INIT = QUICKSTART.split("### With `pgflow-gen init`", 1)[1].split("\n### ", 1)[0]
+BY_HAND = QUICKSTART.split("### By hand", 1)[1]
+COMMANDS = ("pgflow-gen ", "python -m ", "pytest ")
 DEADLINE_S = 60.0
 
 
@@ -38,25 +42,21 @@ class Step:
         return self.command.endswith("&")
 
 
-def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", QUICKSTART, re.DOTALL)
-
-
 def file_block(name: str) -> str:
     """The code block right after the paragraph that names `name`."""
-    after = QUICKSTART.split(f"`{name}`", 1)[1]
+    after = BY_HAND.split(f"`{name}`", 1)[1]
     return after.split("```", 2)[1].split("\n", 1)[1]
 
 
-def steps() -> list[Step]:
+def steps(section: str) -> list[Step]:
     found: list[Step] = []
-    for block in blocks("sh"):
+    for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL):
         for line in block.splitlines():
             if line.startswith("# ") or line == "#":
                 found[-1].expected.append(line[2:])
                 continue
             command, _, comment = line.partition("  # ")
-            if command.startswith(("pgflow-gen ", "python -m ")):
+            if f"{command.strip()} ".startswith(COMMANDS):
                 found.append(Step(command.strip(), [comment.strip()] if comment else []))
     return found
 
@@ -85,8 +85,25 @@ def project(tmp_path: Path) -> Iterator[Path]:
     embedded.EmbeddedServer.for_project(root).destroy()
 
 
-def test_the_readme_quickstart_prints_what_the_readme_shows(project: Path) -> None:
-    quickstart = steps()
+def test_the_quickstart_with_init_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    quickstart = steps(WITH_INIT)
+    assert [s.command.split()[:2] for s in quickstart if not s.background] == [
+        ["pgflow-gen", "init"],
+        ["pgflow-gen", "build"],
+        ["pytest", "-q"],
+        ["pgflow-gen", "start"],
+    ]
+    assert [s.command for s in quickstart if s.background] == ["pgflow-gen dev &"]
+    project = tmp_path / "my-flows"
+    try:
+        follow(quickstart, tmp_path)
+        assert project.joinpath("app", "pgflow", "hello.py").is_file()
+    finally:
+        embedded.EmbeddedServer.for_project(project).destroy()
+
+
+def test_the_quickstart_by_hand_prints_what_the_readme_shows(project: Path) -> None:
+    quickstart = steps(BY_HAND)
     assert [s.command.split()[:2] for s in quickstart if not s.background] == [
         ["pgflow-gen", "validate"],
         ["pgflow-gen", "build"],
@@ -95,36 +112,47 @@ def test_the_readme_quickstart_prints_what_the_readme_shows(project: Path) -> No
         ["pgflow-gen", "coverage"],
     ]
     assert sum(s.background for s in quickstart) == 2
+    follow(quickstart, project)
+
+
+def follow(quickstart: list[Step], cwd: Path) -> None:
+    """Run the commands in order from `cwd`, the background ones as processes that are stopped
+    (SIGTERM, exit 0) at the end, and check every line the README says they print."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PATH": path, "PYTHONUNBUFFERED": "1"}
-    for name in ("PGFLOW_DATABASE_URL", "DATABASE_URL"):
+    for name in ("PGFLOW_DATABASE_URL", "DATABASE_URL", "PGFLOW_TEST_DATABASE_URL"):
         env.pop(name, None)
     workers: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
         for index, step in enumerate(quickstart):
             if step.background:
-                log = project / f"worker-{index}.log"
+                log = cwd / f"background-{index}.log"
                 with log.open("wb") as out:
                     process = subprocess.Popen(
-                        shlex.split(step.command[:-1]), cwd=project, env=env, stdout=out,
+                        shlex.split(step.command[:-1]), cwd=cwd, env=env, stdout=out,
                         stderr=subprocess.STDOUT,
                     )  # fmt: skip
                 workers.append((process, log))
                 _wait_for(log, " started (")  # as the README does: the first compiles the flow
                 continue
-            done = subprocess.run(
-                shlex.split(step.command), cwd=project, env=env, capture_output=True, text=True,
-                check=False, timeout=DEADLINE_S,
-            )  # fmt: skip
-            output = done.stdout + done.stderr
-            assert done.returncode == 0, f"{step.command}:\n{output}"
+            output = ""
+            for part in step.command.split(" && "):
+                if part.startswith("cd "):
+                    cwd = cwd / part.removeprefix("cd ").strip()
+                    continue
+                done = subprocess.run(
+                    shlex.split(part), cwd=cwd, env=env, capture_output=True, text=True,
+                    check=False, timeout=DEADLINE_S,
+                )  # fmt: skip
+                output += done.stdout + done.stderr
+                assert done.returncode == 0, f"{part}:\n{output}"
             for line in step.expected:
                 assert shows(output, line), f"{step.command} did not print {line!r}:\n{output}"
         logs = "".join(log.read_text() for _, log in workers)
         for step in quickstart:
             if step.background:
                 for line in step.expected:
-                    assert shows(logs, line), f"the workers did not log {line!r}:\n{logs}"
+                    assert shows(logs, line), f"{step.command} did not log {line!r}:\n{logs}"
     finally:
         for process, _ in workers:
             process.send_signal(signal.SIGTERM)

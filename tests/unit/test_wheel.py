@@ -4,13 +4,12 @@ too), schemas, and the testing kit's pytest plugin entry point."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import packaging
 
 CHECK = """
 import importlib.util
@@ -39,22 +38,7 @@ print("ok")
 
 @pytest.mark.slow
 def test_the_installed_wheel_contains_its_data_files(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "build",
-            "--wheel",
-            "--no-isolation",
-            "--outdir",
-            str(dist),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    [wheel] = dist.glob("pgflow_gen-*.whl")
+    wheel = packaging.build_wheel(tmp_path / "dist")
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
