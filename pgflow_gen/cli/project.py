@@ -81,7 +81,7 @@ def spec_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def procfile_commands(text: str) -> dict[str, str]:
-    """Process name -> command of a Procfile's lines (comments left out; the first name wins).
+    r"""Process name -> command of a Procfile's lines (comments left out; the first name wins).
     A leading `exec` (for Procfile runners, which start each line under a shell) is dropped:
     the command is what runs.
 

@@ -4,6 +4,7 @@ prepares from the flow once: which steps get the run input, and each step's outp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -93,7 +94,7 @@ async def compile_flow(
             f'Flow "{flow.slug}" differs from its definition in the database ({kind}).',
             detail="\n".join(result.get("differences", [])),
             hint="Flows are immutable in production: deploy the change under a new flow slug"
-            " (for example communityThreadsV2), or run against a local database.",
+            f" (for example {next_version(flow.slug)}), or run against a local database.",
             flow_slug=flow.slug,
             differences=tuple(result.get("differences", [])),
         )
@@ -117,3 +118,13 @@ def takes_run_input(flow: Flow[Any, Any, Any]) -> frozenset[str]:
     return frozenset(
         step.slug for step in flow.steps if step.step_type == "single" and not step.dependencies
     )
+
+
+def next_version(flow_slug: str) -> str:
+    """The slug a changed flow could take: its version suffix counted up, else `V2`.
+
+    >>> next_version("communityThreadsV1"), next_version("e2ePlain")
+    ('communityThreadsV2', 'e2ePlainV2')
+    """
+    found = re.fullmatch(r"(.*?)V(\d+)", flow_slug)
+    return f"{found[1]}V{int(found[2]) + 1}" if found else f"{flow_slug}V2"

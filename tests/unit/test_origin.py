@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import doctest
-
 import pytest
 
 from pgflow_gen.codegen import origin
-
-
-def test_the_documented_examples_hold() -> None:
-    assert doctest.testmod(origin).failed == 0
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,14 @@
 """Handlers of the end-to-end test flows. Tests steer them through the run input: `gate` names a
 file the `first` handler waits for (so a test can hold a task in flight), `fail_first` makes it
-fail that many attempts before succeeding."""
+fail that many attempts before succeeding; the name "a number, please" makes `shout` return an
+output of the wrong type."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from pathlib import Path
+from typing import cast
 
 from app.pgflow.e2e_fanout import Input as FanoutInput
 from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
@@ -44,6 +46,8 @@ def side(flow_input: Input, ctx: Context[Input], /) -> str:
 
 
 def shout(flow_input: PlainInput, ctx: Context[PlainInput], /) -> str:
+    if flow_input["name"] == "a number, please":  # an output its type refuses, on purpose
+        return cast(str, len(flow_input["name"]))
     return flow_input["name"].upper()
 
 
