@@ -10,16 +10,16 @@ from typing import ClassVar
 EXCERPT_LENGTH = 60
 
 
-def excerpt(text: str) -> str:
-    """`text` as a message shows it: cut to EXCERPT_LENGTH characters, so a huge value from a
-    user's input never floods the terminal.
+def excerpt(text: str, limit: int = EXCERPT_LENGTH) -> str:
+    """`text` as a message shows it: cut to `limit` characters, so a huge value from a user's
+    input never floods the terminal.
 
     >>> excerpt("x" * 100)
     'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (100 characters)'
     """
-    if len(text) <= EXCERPT_LENGTH:
+    if len(text) <= limit:
         return text
-    return f"{text[: EXCERPT_LENGTH - 1]}… ({len(text):,} characters)"
+    return f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
 class PgflowError(Exception):

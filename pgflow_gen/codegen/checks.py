@@ -66,7 +66,7 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
         if len(step_spec.handler) > names.MAX_HANDLER_LENGTH:
             yield Problem(
                 "name_too_long",
-                f"The handler path {excerpt(repr(step_spec.handler))}"
+                f"The handler path {excerpt(repr(step_spec.handler), 200)}"
                 f" has {len(step_spec.handler)} characters;"
                 f" at most {names.MAX_HANDLER_LENGTH} are allowed.",
                 item.locator.at(("steps", index, "handler")),
