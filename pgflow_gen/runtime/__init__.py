@@ -16,6 +16,7 @@ from pgflow_gen.runtime.client import (
     FlowNotFoundError,
     Run,
     RunExistsError,
+    RunFinishedError,
     RunNotFoundError,
     StepFailure,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Route",
     "Run",
     "RunExistsError",
+    "RunFinishedError",
     "RunNotFoundError",
     "Step",
     "StepFailure",

@@ -41,7 +41,7 @@ StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
-RunStatus = Literal["started", "completed", "failed"]
+RunStatus = Literal["started", "completed", "failed", "cancelled"]
 
 #: Connections a Client keeps at most (opened as calls need them, closed after POOL_IDLE_S idle).
 POOL_SIZE = 4
@@ -52,6 +52,13 @@ POOL_WAIT_S = 10.0
 
 class RunNotFoundError(errors.PgflowError):
     code = "run_not_found"
+
+
+class RunFinishedError(errors.PgflowError):
+    """`cancel_run` on a run that is not started (completed, failed or cancelled already):
+    nothing changed."""
+
+    code = "run_finished"
 
 
 class RunExistsError(errors.PgflowError):
@@ -115,6 +122,9 @@ class Run(Generic[OutputT]):
     completed_at: datetime.datetime | None
     failed_at: datetime.datetime | None
     client: Client = field(repr=False, compare=False)
+    #: For a cancelled run: when, and the reason given (None when none was).
+    cancelled_at: datetime.datetime | None = None
+    cancel_reason: str | None = None
     #: For a failed run: which step failed and why (None otherwise).
     failure: StepFailure | None = None
 
@@ -125,8 +135,9 @@ class Run(Generic[OutputT]):
     def wait(
         self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
     ) -> Run[OutputT]:
-        """Block until the run completes or fails, woken by the engine's notifications, and
-        return it; a failed run's `failure` says which step failed, its attempts and its error.
+        """Block until the run completes, fails or is cancelled, woken by the engine's
+        notifications, and return it; a failed run's `failure` says which step failed, its
+        attempts and its error, a cancelled one's `cancel_reason` why.
 
         With `every_second`, it is also called (and the run read again) once a second while the
         run goes on: a progress display, or a fallback where notifications do not arrive.
@@ -305,6 +316,21 @@ class Client:
                 raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{plain.slug}".')
             return self.read_run(conn, row[0])
 
+    def cancel_run(self, run_id: uuid.UUID, reason: str | None = None) -> Run[Any]:
+        """Cancel a started run and return it (status `cancelled`): its queued tasks never
+        run, its running handlers are told to stop (`ctx.cancelled`), and their late results
+        change nothing.
+
+        Raises RunNotFoundError, RunFinishedError when it is not started (nothing changed),
+        DatabaseError for anything else the database refuses (an engine before 0010).
+        """
+        with self.connection() as conn:
+            try:
+                conn.execute(queries.CANCEL_RUN, (run_id, reason))
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
+            return self.read_run(conn, run_id)
+
     def get_run(self, run_id: uuid.UUID) -> Run[Any]:
         with self.connection() as conn:
             return self.read_run(conn, run_id)
@@ -331,6 +357,18 @@ def engine_error(exc: psycopg.Error) -> errors.PgflowError:
     kind: type[errors.PgflowError] = errors.DatabaseError
     if isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
         kind = FlowNotFoundError
+    elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Run "):
+        kind = RunNotFoundError
+    elif isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and message.startswith(
+        "Run "
+    ):
+        kind = RunFinishedError
+    elif isinstance(exc, psycopg.errors.UndefinedFunction) and "pgflow." in message:
+        return errors.DatabaseError(
+            "The database's pgflow engine is too old for this call.",
+            detail=message,
+            hint="Run `pgflow-gen db migrate` against this database first.",
+        )
     elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
         kind = errors.InvalidRunInputError
     elif isinstance(exc, psycopg.errors.UniqueViolation) and diag.constraint_name == "runs_pkey":

@@ -105,9 +105,14 @@ SHOW_WAITING_MESSAGES: Final[LiteralString] = (
 START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s, %s)"
 #: (run id) -> the run's row, as `Run` takes it.
 READ_RUN: Final[LiteralString] = (
-    "select run_id, flow_slug, status, input, output, started_at, completed_at,"
-    " failed_at from pgflow.runs where run_id = %s"
+    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
+    # Through to_jsonb: an engine before 0010 has no such columns (a client upgraded first).
+    " (to_jsonb(r) ->> 'cancelled_at')::timestamptz as cancelled_at,"
+    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason"
+    " from pgflow.runs as r where run_id = %s"
 )
+#: (run id, reason) -> the run cancelled (engine 0010).
+CANCEL_RUN: Final[LiteralString] = "select run_id from pgflow.cancel_run(%s, %s)"
 #: (run id) -> its first failed step, with its failed task's attempts and error (`StepFailure`).
 READ_FAILURE: Final[LiteralString] = (
     "select ss.step_slug, t.task_index, coalesce(t.attempts_count, 0) as attempts,"

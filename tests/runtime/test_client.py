@@ -18,6 +18,7 @@ from pgflow_gen.runtime import (
     FlowNotFoundError,
     InvalidRunInputError,
     RunExistsError,
+    RunFinishedError,
     RunNotFoundError,
     Step,
     StepFailure,
@@ -116,6 +117,40 @@ def test_wait_returns_once_the_run_completes(client: Client, conn: psycopg.Conne
     [done] = finished
     assert (done.status, done.output) == ("completed", {"greeting": "done"})
     assert done.completed_at is not None
+
+
+def test_cancel_run_ends_a_run_that_wait_then_returns(client: Client) -> None:
+    run = client.start_flow(FLOW, ADA)
+    finished: list[Any] = []
+    waiter = threading.Thread(target=lambda: finished.append(run.wait(timeout=30)))
+    waiter.start()
+
+    cancelled = client.cancel_run(run.run_id, "no longer needed")
+
+    assert (cancelled.status, cancelled.cancel_reason) == ("cancelled", "no longer needed")
+    assert cancelled.cancelled_at is not None
+    assert cancelled.finished
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    [done] = finished
+    assert (done.status, done.cancel_reason, done.failure) == (
+        "cancelled", "no longer needed", None,
+    )  # fmt: skip
+
+
+def test_cancelling_a_finished_or_unknown_run_is_a_typed_error(client: Client) -> None:
+    run = client.start_flow(FLOW, ADA)
+    client.cancel_run(run.run_id)
+    with pytest.raises(RunFinishedError) as refused:
+        client.cancel_run(run.run_id, "again")
+    assert refused.value.message == (
+        f"Run {run.run_id} is cancelled already; only a started run can be cancelled."
+    )
+    assert refused.value.hint == "Nothing was changed."
+    assert client.get_run(run.run_id).cancel_reason is None  # the first cancel gave none
+    missing = uuid.uuid4()
+    with pytest.raises(RunNotFoundError, match=f"Run {missing} does not exist."):
+        client.cancel_run(missing)
 
 
 def test_wait_gives_up_after_its_timeout(client: Client) -> None:

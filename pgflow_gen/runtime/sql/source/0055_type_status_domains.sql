@@ -2,10 +2,12 @@
 -- once per session (type cache), while a table's CHECK expressions are rebuilt for every
 -- statement that writes the table, and these tables are written on every task transition.
 create domain pgflow.run_status as text
-  constraint run_status_is_known check (value in ('started', 'completed', 'failed'));
+  constraint run_status_is_known check (value in ('started', 'completed', 'failed', 'cancelled'));
 
 create domain pgflow.step_status as text
-  constraint step_status_is_known check (value in ('created', 'started', 'completed', 'failed', 'skipped'));
+  constraint step_status_is_known check (
+    value in ('created', 'started', 'completed', 'failed', 'skipped', 'cancelled')
+  );
 
 create domain pgflow.task_status as text
   constraint task_status_is_known check (

@@ -1,4 +1,5 @@
 -- One row per run of a flow. remaining_steps counts down as steps complete or are skipped.
+-- A cancelled run (pgflow.cancel_run) keeps when and why in cancelled_at and cancel_reason.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -10,6 +11,8 @@ create table pgflow.runs (
   started_at timestamptz not null default now(),
   completed_at timestamptz,
   failed_at timestamptz,
+  cancelled_at timestamptz,
+  cancel_reason text,
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 

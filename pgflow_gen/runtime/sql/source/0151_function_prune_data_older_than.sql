@@ -1,4 +1,4 @@
--- Maintenance: deletes finished runs (completed or failed before now - retention) with their step
+-- Maintenance: deletes finished runs (completed, failed or cancelled before now - retention) with their step
 -- states, tasks and the tasks' messages still in a queue, workers silent for longer than retention, and archived messages older than
 -- retention in every queue a flow owns (its steps' routes, plus the default queue of a flow-mode
 -- flow), found by their canonical archive table names without listing queues. Running runs are
@@ -30,6 +30,7 @@ begin
     select r.run_id from pgflow.runs as r
     where (r.status = 'completed' and r.completed_at < v_cutoff)
        or (r.status = 'failed' and r.failed_at < v_cutoff)
+       or (r.status = 'cancelled' and r.cancelled_at < v_cutoff)
     order by r.run_id
     for update skip locked
   );
