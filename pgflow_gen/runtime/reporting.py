@@ -142,10 +142,25 @@ def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:
 
 def _log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:
     """Log a result the engine ignored because its attempt is no longer the task's current one
-    (the callback returns the task's row, whose attempts_count then differs)."""
-    if row is None or row[0] == report.task.attempt:
+    (the callback returns the task's row, whose attempts_count then differs), or because its
+    run was cancelled, or failed at another step, while the handler ran (the task's status is
+    `cancelled`)."""
+    if row is None:
         return
     task = report.task
+    if row[0] == task.attempt and row[1] == "cancelled":  # expected, hence no warning
+        log.info(
+            "ignored the %s of task %s/%s[%d] attempt %d: the task was cancelled (its run"
+            " was cancelled, or failed at another step)",
+            "failure" if report.error is not None else "result",
+            task.run_id,
+            task.step_slug,
+            task.task_index,
+            task.attempt,
+        )
+        return
+    if row[0] == task.attempt:
+        return
     log.warning(
         "ignored the %s of task %s/%s[%d] attempt %d: the task is on attempt %d (%s) since;"
         " a result of an earlier attempt changes nothing",

@@ -107,7 +107,7 @@ class Session(Protocol):
 
     # notifications
     async def listen(self, channel: str) -> None: ...
-    def notifies(self, timeout: float) -> AsyncIterator[object]: ...
+    def notifies(self, timeout: float) -> AsyncIterator[str]: ...
     async def ping(self) -> None: ...
 
 
@@ -278,9 +278,10 @@ class PsycopgSession:
     async def listen(self, channel: str) -> None:
         await self.conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
 
-    async def notifies(self, timeout: float) -> AsyncIterator[object]:
+    async def notifies(self, timeout: float) -> AsyncIterator[str]:
+        """The payloads of the notifications that arrive within `timeout` seconds."""
         async for notify in self.conn.notifies(timeout=timeout):
-            yield notify
+            yield notify.payload
 
     async def ping(self) -> None:
         await self.conn.execute(queries.PING)

@@ -19,6 +19,7 @@ from pgflow_gen.runtime.task_runner import (
     ClaimedTask,
     Handler,
     Report,
+    RunCancellation,
     describe_failure,
     run_task,
 )
@@ -57,6 +58,8 @@ class Slots:
         self.hurried = False
         #: Running handlers and their tasks.
         self.inflight: dict[asyncio.Task[Report], ClaimedTask] = {}
+        #: What tells each running handler that its run was cancelled.
+        self.cancellations: dict[asyncio.Task[Report], RunCancellation] = {}
         #: Finished handlers' results, in order, until the engine has them.
         self.reports: list[Report] = []
         #: Sync handlers' threads still running after their timeout failed their task.
@@ -93,6 +96,7 @@ class Slots:
     def start(self, task: ClaimedTask) -> None:
         """Run `task`'s handler; its report joins `reports` when it finishes."""
         self.deadlines[task.msg_id] = time.monotonic() + task.timeout
+        cancellation = RunCancellation()
         running = asyncio.create_task(
             run_task(
                 task,
@@ -106,9 +110,11 @@ class Slots:
                 root=task.step_slug in self.roots,
                 on_abandoned=self._thread_abandoned,
                 check_output=self.output_checks.get(task.step_slug),
+                cancellation=cancellation,
             )
         )
         self.inflight[running] = task
+        self.cancellations[running] = cancellation
         running.add_done_callback(self._handler_finished)
 
     async def drain(self, remaining: Callable[[], float]) -> None:
@@ -145,8 +151,21 @@ class Slots:
         self.abandoned.discard(thread)
         self.wake_poll.set()
 
+    def cancel_run(self, run_id: uuid.UUID) -> int:
+        """Stop the running handlers of a cancelled run (the engine closed their tasks); how
+        many there were."""
+        stopping = [
+            self.cancellations[running]
+            for running, task in self.inflight.items()
+            if task.run_id == run_id and running in self.cancellations
+        ]
+        for cancellation in stopping:
+            cancellation.set()
+        return len(stopping)
+
     def _handler_finished(self, running: asyncio.Task[Report]) -> None:
         task = self.inflight.pop(running, None)
+        self.cancellations.pop(running, None)
         if not running.cancelled():
             failure = running.exception()
             if failure is not None and task is not None:
@@ -156,6 +175,17 @@ class Slots:
                 report = Report(task, error=describe_failure(failure))
             else:
                 report = running.result()
+            if report.discarded is not None:
+                self.log.info(
+                    "task %s/%s[%d] attempt %d stopped: %s; nothing is sent",
+                    report.task.run_id,
+                    report.task.step_slug,
+                    report.task.task_index,
+                    report.task.attempt,
+                    report.discarded,
+                )
+                self.wake_poll.set()
+                return
             if report.error is not None:
                 # The error opens with `Type: message`, then the handler's traceback.
                 self.log.warning(

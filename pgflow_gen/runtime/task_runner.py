@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import TracebackType
@@ -58,16 +58,41 @@ class Report:
     """A finished handler: `error` is None for success (then `output` completes the task).
 
     A failure's `error` opens with one line, the exception's type and message (`summary`), and
-    may go on with the traceback of the handler's code.
+    may go on with the traceback of the handler's code. A `discarded` report says why nothing
+    is sent (the task's run was cancelled: the engine has closed the task already).
     """
 
     task: ClaimedTask
     output: Any = None
     error: str | None = None
+    discarded: str | None = None
 
     @property
     def summary(self) -> str | None:
         return None if self.error is None else self.error.split("\n", 1)[0]
+
+
+class RunCancellation:
+    """Set when the engine says a task's run was cancelled; whoever waits on it hears at once
+    (callbacks run in the event loop's thread, where `set` is called)."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
+        self.is_set = False
+
+    def set(self) -> None:
+        if self.is_set:
+            return
+        self.is_set = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        if self.is_set:
+            callback()
+        else:
+            self._callbacks.append(callback)
 
 
 async def run_task(
@@ -83,6 +108,7 @@ async def run_task(
     root: bool = False,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
     check_output: Callable[[Any], list[str]] | None = None,
+    cancellation: RunCancellation | None = None,
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error), except
     the cancellation of a worker that stops past its grace period.
@@ -96,6 +122,9 @@ async def run_task(
     handler is cancelled; a sync handler's thread cannot be stopped, so it is abandoned (its
     `ctx.cancelled` is set, its late result discarded, and `on_abandoned` gets its future, which
     finishes when the thread does). Either way the task fails with a HandlerTimeoutError.
+
+    When `cancellation` is set (the run was cancelled) the handler is stopped the same way, at
+    once, and the report is `discarded`: the engine closed the task, so there is nothing to send.
     """
     try:
         return await _run_task(
@@ -110,6 +139,7 @@ async def run_task(
             root=root,
             on_abandoned=on_abandoned,
             check_output=check_output,
+            cancellation=cancellation or RunCancellation(),
         )
     except Exception as exc:  # the machinery around the handler failed: still a report
         logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
@@ -130,6 +160,7 @@ async def _run_task(
     root: bool,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
     check_output: Callable[[Any], list[str]] | None,
+    cancellation: RunCancellation,
 ) -> Report:
     options: dict[str, Any] = {
         "autocommit": True,
@@ -158,34 +189,35 @@ async def _run_task(
     handler_input = task.flow_input if root else task.input
     running: asyncio.Future[Any] | None = None  # a sync handler's thread
     abandoned: asyncio.Future[Any] | None = None
+    stopped: asyncio.Future[None] = loop.create_future()  # done when the run is cancelled
+
+    def stop() -> None:  # ctx.cancelled first: a handler may look at it when it is cancelled
+        cancelled.set()
+        if not stopped.done():
+            stopped.set_result(None)
+
+    cancellation.on_set(stop)
     try:
         if inspect.iscoroutinefunction(handler):
-            limit = asyncio.timeout(task.timeout)
-            try:
-                async with limit:
-                    result = await handler(handler_input, context)
-            except TimeoutError:
-                if limit.expired():
-                    raise _Expired from None
-                raise  # the handler's own TimeoutError: its failure, as any exception
+            result = await _until_stopped(handler(handler_input, context), task.timeout, stopped)
         else:
             running = loop.run_in_executor(
                 executor, functools.partial(handler, handler_input, context)
             )
-            done, _ = await asyncio.wait({running}, timeout=task.timeout)
-            if not done:
+            await asyncio.wait({running, stopped}, timeout=task.timeout,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if not running.done():
                 abandoned = running
-                raise _Expired
+                raise _Stopped if stopped.done() else _Expired
             result = running.result()
             if inspect.isawaitable(result):
-                limit = asyncio.timeout(context.time_left())
-                try:
-                    async with limit:
-                        result = await result
-                except TimeoutError:
-                    if limit.expired():
-                        raise _Expired from None
-                    raise
+                result = await _until_stopped(result, context.time_left(), stopped)
+        if stopped.done():
+            raise _Stopped
+    except _Stopped:
+        cancelled.set()
+        how = "abandoned" if abandoned is not None else "returned" if running else "cancelled"
+        return Report(task, discarded=_cancelled(how))
     except _Expired:
         cancelled.set()
         return Report(task, error=_timed_out(task, abandoned is not None))
@@ -202,6 +234,7 @@ async def _run_task(
     except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
         return Report(task, error=describe_failure(exc))
     finally:
+        stopped.cancel()  # no-op once done; a pending one is never awaited again
         if abandoned is not None:
             # The thread may still use the connection: close it when the thread is done.
             abandoned.add_done_callback(lambda _: lazy.close())
@@ -230,6 +263,45 @@ def _invalid_output(task: ClaimedTask, found: list[str]) -> str:
 
 class _Expired(Exception):
     """The step's timeout passed while its handler ran."""
+
+
+class _Stopped(Exception):
+    """The task's run was cancelled while its handler ran."""
+
+
+async def _until_stopped(
+    work: Awaitable[Any], timeout: float, stopped: asyncio.Future[None]
+) -> Any:
+    """Await `work` (an async handler, in this task, so it sees the cancellation at its next
+    await), cancelling it at `timeout` (_Expired) or once `stopped` is done (_Stopped)."""
+    limit = asyncio.timeout(timeout)
+    awaiting = True
+
+    def expire(_: object = None) -> None:
+        if awaiting and not stopped.cancelled():
+            limit.reschedule(-1)  # a deadline in the past: the timeout expires now
+
+    try:
+        async with limit:
+            stopped.add_done_callback(expire)  # scheduled at once when it is done already
+            try:
+                return await work
+            finally:
+                awaiting = False
+                stopped.remove_done_callback(expire)
+    except TimeoutError:
+        if limit.expired():
+            raise (_Stopped if stopped.done() and not stopped.cancelled() else _Expired) from None
+        raise  # the handler's own TimeoutError: its failure, as any exception
+
+
+def _cancelled(how: str) -> str:
+    what = {
+        "abandoned": "its thread cannot be stopped and was abandoned (ctx.cancelled is set)",
+        "returned": "its result is discarded",
+        "cancelled": "it was cancelled",
+    }[how]
+    return f"the run was cancelled: {what}"
 
 
 def _timed_out(task: ClaimedTask, abandoned: bool) -> str:

@@ -201,6 +201,7 @@ class WorkerLoop:
                             self.assignment.queue_name,
                             self.slots.wake_poll,
                             self.log,
+                            on_cancelled=self._run_cancelled,
                         ),
                     )
                 )
@@ -222,6 +223,11 @@ class WorkerLoop:
                     ("shutting down the handler threads", self.slots.close),
                 ])  # fmt: skip
         crew.raise_failure()
+
+    def _run_cancelled(self, run_id: uuid.UUID) -> None:
+        stopping = self.slots.cancel_run(run_id)
+        if stopping:
+            self.log.info("run %s was cancelled: stopping %d of its handler(s)", run_id, stopping)
 
     def _held(self, reporter: Reporter) -> list[ClaimedTask]:
         """The tasks whose leases the heartbeat renews: those of unsent results, unless sending

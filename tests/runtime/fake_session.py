@@ -222,7 +222,7 @@ class FakeSession:
     async def listen(self, channel: str) -> None:
         self._call()
 
-    async def notifies(self, timeout: float) -> AsyncIterator[object]:
+    async def notifies(self, timeout: float) -> AsyncIterator[str]:
         self._call()
         await asyncio.sleep(timeout)  # the fake sends no notifications
         return

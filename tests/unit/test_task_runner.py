@@ -19,6 +19,7 @@ from pgflow_gen.runtime.task_runner import (
     ClaimedTask,
     Handler,
     Report,
+    RunCancellation,
     run_task,
 )
 
@@ -34,8 +35,14 @@ def run(
     root: bool,
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
     check_output: Callable[[Any], list[str]] | None = None,
+    cancellation: RunCancellation | None = None,
+    loops: list[asyncio.AbstractEventLoop] | None = None,
 ) -> Report:
+    """Run the task in a new event loop (appended to `loops`, for handlers that call into it)."""
+
     async def main() -> Report:
+        if loops is not None:
+            loops.append(asyncio.get_running_loop())
         with ThreadPoolExecutor(max_workers=2) as executor:
             return await run_task(
                 claimed,
@@ -48,6 +55,7 @@ def run(
                 root=root,
                 on_abandoned=on_abandoned,
                 check_output=check_output,
+                cancellation=cancellation,
             )
 
     return asyncio.run(main())
@@ -197,6 +205,81 @@ def test_a_sync_handler_past_its_timeout_is_abandoned_told_and_its_result_discar
     assert report.output is None
     assert observed == [True]
     assert len(abandoned) == 1
+
+
+def test_a_cancelled_run_stops_an_async_handler_at_its_next_await_and_sends_nothing() -> None:
+    cancellation = RunCancellation()
+    seen: list[str] = []
+
+    async def forever(value: Any, ctx: Any, /) -> Any:
+        cancellation.set()  # as the listener does when the engine says so
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append(f"cancelled, ctx.cancelled={ctx.cancelled.is_set()}")
+            raise
+
+    report = run(forever, task(timeout=60), root=False, cancellation=cancellation)
+    assert (report.discarded, report.error, report.output) == (
+        "the run was cancelled: it was cancelled", None, None,
+    )  # fmt: skip
+    assert seen == ["cancelled, ctx.cancelled=True"]  # told first, then cancelled
+
+
+def test_a_cancelled_run_abandons_a_sync_handler_and_tells_it() -> None:
+    cancellation = RunCancellation()
+    observed: list[bool] = []
+    abandoned: list[asyncio.Future[Any]] = []
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    finished = threading.Event()
+
+    def stubborn(value: Any, ctx: Any, /) -> Any:
+        loops[0].call_soon_threadsafe(cancellation.set)  # the listener runs in the loop
+        observed.append(ctx.cancelled.wait(timeout=30))
+        finished.wait(timeout=30)  # still busy when the worker gives up on it
+        return "late result"
+
+    def abandon(thread: asyncio.Future[Any]) -> None:
+        abandoned.append(thread)
+        finished.set()
+
+    report = run(stubborn, task(timeout=60), root=False, on_abandoned=abandon,
+                 cancellation=cancellation, loops=loops)  # fmt: skip
+    assert report.discarded == (
+        "the run was cancelled: its thread cannot be stopped and was abandoned"
+        " (ctx.cancelled is set)"
+    )
+    assert (report.error, report.output) == (None, None)
+    assert observed == [True]
+    assert len(abandoned) == 1
+
+
+def test_a_sync_handler_that_returns_once_told_has_its_result_discarded() -> None:
+    cancellation = RunCancellation()
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def obliging(value: Any, ctx: Any, /) -> Any:
+        loops[0].call_soon_threadsafe(cancellation.set)
+        ctx.cancelled.wait(timeout=30)
+        return "a result nobody wants"
+
+    report = run(obliging, task(timeout=60), root=False, cancellation=cancellation, loops=loops)
+    assert report.discarded in (
+        "the run was cancelled: its result is discarded",
+        # The worker gave up on the thread a moment before it returned.
+        "the run was cancelled: its thread cannot be stopped and was abandoned"
+        " (ctx.cancelled is set)",
+    )
+    assert report.output is None
+
+
+def test_a_run_cancelled_before_the_handler_starts_never_reports() -> None:
+    cancellation = RunCancellation()
+    cancellation.set()
+    report = run(async_echo, task(input=1), root=False, cancellation=cancellation)
+    assert report.discarded is not None
+    assert report.output is None
 
 
 def test_a_handlers_own_timeout_error_is_an_ordinary_failure() -> None:

@@ -73,8 +73,9 @@ def celebrate(deps: NumbersDeps, ctx: Context[FanoutInput], /) -> str:
 
 
 def slow_sync(flow_input: TimeoutsInput, ctx: Context[TimeoutsInput], /) -> str:
-    """Works for `seconds`, unless the step's timeout cancels it first: then it notes the
-    attempt in `marks` and returns anyway (the worker discards that late result)."""
+    """Works for `seconds`, unless the step's timeout or a cancellation of its run stops it
+    first: then it notes the attempt in `marks` and returns anyway (the worker discards that
+    late result)."""
     marks = Path(flow_input["marks"])
     if ctx.cancelled.wait(timeout=flow_input["seconds"]):
         (marks / f"sync-cancelled-{ctx.attempt}").touch()

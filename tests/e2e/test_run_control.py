@@ -1,0 +1,61 @@
+"""Run control with worker processes: cancelling a run stops its running handlers at once (an
+async one at its next await, a sync one told through ctx.cancelled and abandoned), sends
+nothing for them, and leaves the worker serving other runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.e2e.harness import Db, Workers, eventually
+
+STOP_WITHIN_S = 2.0
+
+
+def test_cancelling_a_run_stops_its_60_s_handlers_within_2_s(
+    workers: Workers, db: Db, tmp_path: Path
+) -> None:
+    worker = workers.start("e2e_control", "worker").started()
+    run_id = db.start("e2eControl", {"seconds": 60, "marks": str(tmp_path)})
+    eventually(
+        lambda: db.value(
+            "select count(*) = 2 from pgflow.step_tasks where run_id = %s and status = 'started'",
+            run_id,
+        ),
+        "both handlers to start",
+    )
+
+    cancelled_at = time.monotonic()
+    db.call("cancel_run", run_id, "the test is done with it")
+
+    def both_stopped() -> str | None:
+        log = worker.log()
+        return log if log.count("stopped: the run was cancelled") == 2 else None
+
+    log = eventually(both_stopped, "both handlers to stop", deadline=30)
+    elapsed = time.monotonic() - cancelled_at
+    assert elapsed < STOP_WITHIN_S, f"the handlers stopped {elapsed:.2f} s after the cancel"
+    assert f"run {run_id} was cancelled: stopping 2 of its handler(s)" in log
+    assert "slowAsync[0] attempt 1 stopped: the run was cancelled: it was cancelled" in log
+    # The sync handler waits on ctx.cancelled, so it returns at once: the worker discards its
+    # result, or abandons its thread a moment before it returns.
+    assert (
+        "slowSync[0] attempt 1 stopped: the run was cancelled: its result is discarded" in log
+        or "slowSync[0] attempt 1 stopped: the run was cancelled: its thread cannot be stopped"
+        " and was abandoned (ctx.cancelled is set)"
+        in log
+    ), log
+    assert (tmp_path / "async-cancelled-1").exists()  # CancelledError at its next await
+    eventually(lambda: (tmp_path / "sync-cancelled-1").exists(), "ctx.cancelled to be seen")
+
+    run = db.run(run_id)
+    assert (run["status"], run["cancel_reason"]) == ("cancelled", "the test is done with it")
+    assert {t["status"] for t in db.all(
+        "select status from pgflow.step_tasks where run_id = %s", run_id
+    )} == {"cancelled"}  # fmt: skip
+    assert "ignored the" not in log  # nothing was sent for the stopped handlers
+
+    # The worker goes on with other runs (the abandoned thread returned its slot).
+    quick = db.start("e2eControl", {"seconds": 0.1, "marks": str(tmp_path)})
+    assert db.finished(quick)["output"] == {"slowAsync": "done", "slowSync": "done"}
+    assert worker.stop() == 0
