@@ -62,8 +62,10 @@ RUN_STEPS: Final[LiteralString] = (
 #: failed step and that step's error.
 RUNS: Final[LiteralString] = (
     "select r.run_id, r.flow_slug, r.status, r.started_at,"
-    " coalesce(r.completed_at, r.failed_at) as ended, f.step_slug as failed_step,"
-    " f.error_message"
+    # Through to_jsonb: an engine before 0010 has no such columns.
+    " coalesce(r.completed_at, r.failed_at, (to_jsonb(r) ->> 'cancelled_at')::timestamptz)"
+    " as ended, f.step_slug as failed_step, f.error_message,"
+    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason"
     " from pgflow.runs as r"
     " left join lateral ("
     "   select ss.step_slug, ss.error_message from pgflow.step_states as ss"
@@ -73,6 +75,19 @@ RUNS: Final[LiteralString] = (
     " where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
     "   and (%(status)s::text is null or r.status = %(status)s)"
     " order by r.started_at desc limit %(limit)s"
+)
+#: ({flow, age}) -> the flow's started runs, oldest first; with an age, only those older.
+STARTED_RUNS_OF_FLOW: Final[LiteralString] = (
+    "select run_id, flow_slug, status, started_at from pgflow.runs"
+    " where flow_slug = %(flow)s and status = 'started'"
+    "   and (%(age)s::interval is null or started_at < now() - %(age)s::interval)"
+    " order by started_at, run_id"
+)
+#: ({ids, age}) -> those runs, each saying whether it started less than `age` ago (`young`).
+RUNS_BY_ID: Final[LiteralString] = (
+    "select run_id, flow_slug, status, started_at,"
+    " coalesce(started_at > now() - %(age)s::interval, false) as young"
+    " from pgflow.runs where run_id = any(%(ids)s)"
 )
 #: ({flow}; NULL: every flow) -> each step of each flow with its own and its flow's options.
 FLOW_STEPS: Final[LiteralString] = (

@@ -62,8 +62,9 @@ def register(commands: cli_parser.Commands) -> None:
     runs.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only runs of this flow")
     runs.add_argument(
         "--status",
-        choices=("started", "completed", "failed"),
-        help="only runs with this status (failed runs show their failed step and its error)",
+        choices=("started", "completed", "failed", "cancelled"),
+        help="only runs with this status (failed runs show their failed step and its error,"
+        " cancelled ones their reason)",
     )
     runs.add_argument("--limit", type=int, default=20, help="most runs listed")
     runs.set_defaults(handler=_runs)
@@ -99,7 +100,7 @@ def register(commands: cli_parser.Commands) -> None:
     coverage.set_defaults(handler=_coverage)
 
 
-def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
+def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
     """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
     rows = conn.execute(cli_queries.FLOW_SLUGS).fetchall()
     known = [row["flow_slug"] for row in rows]
@@ -119,7 +120,7 @@ def _require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> N
     )
 
 
-def _connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
+def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
     url = project.database_url(args.database_url)
     return psycopg.connect(url, autocommit=True, row_factory=dict_row)
 
@@ -131,8 +132,8 @@ def _start(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
-    with _connect(args) as conn:
-        _require_flow(conn, args.flow_slug)
+    with connect(args) as conn:
+        require_flow(conn, args.flow_slug)
         _check_input(conn, args.flow_slug, run_input)
         try:
             row = conn.execute(
@@ -170,6 +171,7 @@ def _start(args: argparse.Namespace) -> int:
             "flow_slug": args.flow_slug,
             "status": run.status,
             "output": run.output,
+            "cancel_reason": run.cancel_reason,
             "failure": None if run.failure is None else {
                 "step_slug": run.failure.step_slug,
                 "task_index": run.failure.task_index,
@@ -181,6 +183,10 @@ def _start(args: argparse.Namespace) -> int:
     if run.status == "completed":
         print(f"completed: {json.dumps(run.output)}")
         return EXIT_OK
+    if run.status == "cancelled":
+        print(f"cancelled: {run.cancel_reason or 'no reason given'}")
+        print(f"(the run and every step: pgflow-gen status {run_id})")
+        return EXIT_FAILURE
     failure = run.failure
     print(f"failed: {failure.describe() if failure else 'no failed step recorded'}")
     if failure is not None and failure.error and "\n" in failure.error:
@@ -299,7 +305,7 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args) as conn:
         run = conn.execute(cli_queries.RUN, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
@@ -307,9 +313,9 @@ def _status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json({
             "run": {
-                key: run[key]
+                key: run.get(key)
                 for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
-                            "completed_at", "failed_at")
+                            "completed_at", "failed_at", "cancelled_at", "cancel_reason")
             },
             "steps": [
                 {
@@ -334,9 +340,11 @@ def _status(args: argparse.Namespace) -> int:
     print(f"flow:    {run['flow_slug']}")
     print(f"status:  {run['status']}")
     print(f"started: {cell(run['started_at'])}")
-    finished = run["completed_at"] or run["failed_at"]
+    finished = run["completed_at"] or run["failed_at"] or run.get("cancelled_at")
     if finished is not None:
         print(f"ended:   {cell(finished)}")
+    if run["status"] == "cancelled":
+        print(f"reason:  {cell(run.get('cancel_reason')) or 'none given'}")
     print(f"input:   {cell(run['input'])}")
     print(f"output:  {cell(run['output'])}")
     print()
@@ -379,9 +387,9 @@ def _first_line(text: str | None, limit: int | None = None) -> str | None:
 def _runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1.")
-    with _connect(args) as conn:
+    with connect(args) as conn:
         if args.flow_slug is not None:
-            _require_flow(conn, args.flow_slug)
+            require_flow(conn, args.flow_slug)
         rows = conn.execute(
             cli_queries.RUNS, {"flow": args.flow_slug, "status": args.status, "limit": args.limit}
         ).fetchall()
@@ -390,7 +398,8 @@ def _runs(args: argparse.Namespace) -> int:
             "runs": [
                 {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
                  "started_at": r["started_at"], "ended_at": r["ended"],
-                 "failed_step": r["failed_step"], "error": _first_line(r["error_message"])}
+                 "failed_step": r["failed_step"], "error": _first_line(r["error_message"]),
+                 "cancel_reason": r["cancel_reason"]}
                 for r in rows
             ]
         })  # fmt: skip
@@ -398,19 +407,19 @@ def _runs(args: argparse.Namespace) -> int:
     table(
         [
             (r["run_id"], r["flow_slug"], r["status"], r["started_at"], r["ended"],
-             r["failed_step"], _first_line(r["error_message"], NOTE_CHARS))
+             r["failed_step"], _first_line(r["error_message"] or r["cancel_reason"], NOTE_CHARS))
             for r in rows
         ],
-        ["run", "flow", "status", "started", "ended", "failed step", "error"],
+        ["run", "flow", "status", "started", "ended", "failed step", "error or reason"],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK
 
 
 def _flows(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args) as conn:
         if args.flow_slug is not None:
-            _require_flow(conn, args.flow_slug)
+            require_flow(conn, args.flow_slug)
         rows = conn.execute(cli_queries.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
 
     if args.format == "json":
@@ -451,7 +460,7 @@ def _flows(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args) as conn:
         rows = conn.execute(cli_queries.WORKERS, (args.all,)).fetchall()
     if args.format == "json":
         print_json({
@@ -478,9 +487,9 @@ def _workers(args: argparse.Namespace) -> int:
 def _coverage(args: argparse.Namespace) -> int:
     if args.freshness is not None and args.freshness <= 0:
         raise UsageError("--freshness must be above 0 seconds.")
-    with _connect(args) as conn:
+    with connect(args) as conn:
         if args.flow_slug is not None:
-            _require_flow(conn, args.flow_slug)
+            require_flow(conn, args.flow_slug)
         rule = conn.execute(cli_queries.FRESHNESS, (args.freshness,)).fetchone()
         assert rule is not None
         freshness = rule["seconds"]

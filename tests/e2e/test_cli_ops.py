@@ -120,7 +120,7 @@ def test_every_listing_speaks_json_with_its_documented_schema(
     run_id = started["run_id"]
     assert started == {
         "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed",
-        "output": {"wrap_up": "ADA!"}, "failure": None,
+        "output": {"wrap_up": "ADA!"}, "cancel_reason": None, "failure": None,
     }  # fmt: skip
     uuid.UUID(run_id)
 
@@ -143,7 +143,7 @@ def test_every_listing_speaks_json_with_its_documented_schema(
     [run] = runs["runs"]
     assert run | {"started_at": None, "ended_at": None} == {
         "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed", "started_at": None,
-        "ended_at": None, "failed_step": None, "error": None,
+        "ended_at": None, "failed_step": None, "error": None, "cancel_reason": None,
     }  # fmt: skip
 
     code, listed = json_of(capsys, db_url, "--format", "json", "workers")

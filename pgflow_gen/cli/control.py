@@ -1,0 +1,167 @@
+"""Run control commands of `pgflow-gen`: `cancel` (one run, several, or every started run of a
+flow), through the engine's `pgflow.cancel_run`, so they work for any flow without its module.
+
+A bulk command shows what it will change and asks first; `--yes` skips the question, and
+without a terminal to ask on it refuses rather than guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import sys
+import uuid
+from typing import Any
+
+import psycopg
+
+from pgflow_gen.cli import parser as cli_parser
+from pgflow_gen.cli import queries as cli_queries
+from pgflow_gen.cli import runs
+from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
+from pgflow_gen.cli.output import print_json, table
+from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime import client as client_module
+from pgflow_gen.runtime import queries as runtime_queries
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def age(text: str) -> datetime.timedelta:
+    """An age such as `90s`, `15m`, `1h` or `2d` (argparse type).
+
+    >>> age("1h"), age("90s")
+    (datetime.timedelta(seconds=3600), datetime.timedelta(seconds=90))
+    """
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid age {text!r}: write a number and a unit, for example 30s, 15m, 1h or 2d"
+        )
+    return datetime.timedelta(seconds=float(found[1]) * _UNITS[found[2]])
+
+
+def register(commands: cli_parser.Commands) -> None:
+    """Add the run control commands to the `pgflow-gen` parser."""
+    cancel = commands.add(
+        "cancel",
+        "cancel started runs: queued tasks never run, running handlers are told to stop",
+        database=True,
+        formats=runs.FORMATS,
+    )
+    cancel.add_argument(
+        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help="the runs to cancel"
+    )
+    cancel.add_argument(
+        "--flow", dest="flow_slug", metavar="SLUG", help="every started run of this flow"
+    )
+    cancel.add_argument(
+        "--status",
+        choices=("started",),
+        default="started",
+        help="the runs --flow selects (only a started run can be cancelled)",
+    )
+    cancel.add_argument(
+        "--older-than",
+        type=age,
+        metavar="AGE",
+        help="only runs started longer ago than AGE (30s, 15m, 1h, 2d)",
+    )
+    cancel.add_argument("--reason", help="why, stored with each run (runs.cancel_reason)")
+    cancel.add_argument("--yes", action="store_true", help="cancel without asking first")
+    cancel.set_defaults(handler=_cancel)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    if bool(args.run_ids) == (args.flow_slug is not None):
+        raise UsageError(
+            "Name the runs to cancel, or a flow with --flow, not both.",
+            hint="For example `pgflow-gen cancel RUN_ID` or `pgflow-gen cancel --flow greetUser"
+            " --older-than 1h`.",
+        )
+    as_json = args.format == "json"
+    with runs.connect(args) as conn:
+        chosen, refused = _choose(conn, args)
+        if chosen and not args.yes:
+            _confirm(chosen, args.reason)
+        cancelled: list[dict[str, Any]] = []
+        for run in chosen:
+            try:
+                conn.execute(runtime_queries.CANCEL_RUN, (run["run_id"], args.reason))
+            except psycopg.Error as exc:
+                error = client_module.engine_error(exc)
+                if not isinstance(error, client_module.RunFinishedError):
+                    raise error from exc
+                refused.append({**run, "status": _status(conn, run["run_id"])})
+                continue
+            cancelled.append(run)
+            if not as_json:
+                print(f"cancelled run {run['run_id']} of {run['flow_slug']}")
+    if as_json:
+        print_json({
+            "cancelled": [{"run_id": r["run_id"], "flow_slug": r["flow_slug"]} for r in cancelled],
+            "not_cancelled": [
+                {"run_id": r["run_id"], "status": r["status"]} for r in refused
+            ],
+        })  # fmt: skip
+    else:
+        for run in refused:
+            why = "does not exist" if run["status"] is None else f"is {run['status']} already"
+            print(f"error: run {run['run_id']} {why}; only a started run can be cancelled",
+                  file=sys.stderr)  # fmt: skip
+        if not chosen and not refused:
+            print(f"no started run of {args.flow_slug} to cancel")
+    return EXIT_FAILURE if refused else EXIT_OK
+
+
+def _choose(
+    conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The started runs to cancel, oldest first, and the named ones that are not started."""
+    if args.flow_slug is not None:
+        runs.require_flow(conn, args.flow_slug)
+        rows = conn.execute(
+            cli_queries.STARTED_RUNS_OF_FLOW, {"flow": args.flow_slug, "age": args.older_than}
+        ).fetchall()
+        return rows, []
+    ids = list(dict.fromkeys(args.run_ids))
+    found = {
+        row["run_id"]: row
+        for row in conn.execute(cli_queries.RUNS_BY_ID, {"ids": ids, "age": args.older_than})
+    }
+    chosen, refused = [], []
+    for run_id in ids:
+        run = found.get(run_id) or {"run_id": run_id, "flow_slug": None, "status": None}
+        if run["status"] != "started":
+            refused.append(run)
+        elif run["young"]:
+            print(f"run {run_id} started less than --older-than ago: left alone", file=sys.stderr)
+        else:
+            chosen.append(run)
+    return chosen, refused
+
+
+def _confirm(chosen: list[dict[str, Any]], reason: str | None) -> None:
+    """Show the runs and ask; raise UsageError when there is no terminal to ask on."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"cancel would cancel {len(chosen)} run(s) and asks first, but there is no terminal"
+            " to ask on.",
+            hint="Pass --yes to cancel without asking.",
+        )
+    table(
+        [(r["run_id"], r["flow_slug"], r["started_at"]) for r in chosen],
+        ["run", "flow", "started"],
+        sys.stderr,
+    )
+    because = f" ({reason})" if reason else ""
+    print(f"cancel these {len(chosen)} run(s){because}? [y/N] ", end="", file=sys.stderr,
+          flush=True)  # fmt: skip
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise UsageError("Nothing was cancelled.")
+
+
+def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str | None:
+    row = conn.execute(cli_queries.RUN, (run_id,)).fetchone()
+    return None if row is None else str(row["status"])

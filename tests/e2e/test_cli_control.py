@@ -1,0 +1,219 @@
+"""`pgflow-gen cancel` against the real engine: by run id or by flow and age, asking first (or
+refusing without a terminal), with a line per run, JSON for scripts, and the cancelled runs
+shown by `status`, `runs` and `start --wait`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pgflow_gen import cli
+from tests.e2e.harness import PROJECT, Db, eventually
+
+MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:
+    code = cli.main([*args, "--database-url", db_url])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def plain(db: Db) -> Db:
+    db.conn.execute(MIGRATION.read_text())
+    return db
+
+
+def start(db: Db, hours_ago: int = 0) -> uuid.UUID:
+    run_id = db.start("e2ePlain", {"name": "Ada"})
+    db.conn.execute(
+        "update pgflow.runs set started_at = now() - make_interval(hours => %s) where run_id = %s",
+        (hours_ago, run_id),
+    )
+    return run_id
+
+
+def test_cancel_by_run_id_says_so_and_status_and_runs_show_it(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = start(plain)
+    code, out, err = run_cli(capsys, db_url, "cancel", str(run_id), "--reason", "a typo", "--yes")
+    assert (code, out, err) == (0, f"cancelled run {run_id} of e2ePlain\n", "")
+
+    code, out, _ = run_cli(capsys, db_url, "status", str(run_id))
+    assert code == 0
+    assert "status:  cancelled\n" in out
+    assert "reason:  a typo\n" in out
+    assert "ended:   " in out
+    code, out, _ = run_cli(capsys, db_url, "status", str(run_id), "--format", "json")
+    run = json.loads(out)["run"]
+    assert (run["status"], run["cancel_reason"]) == ("cancelled", "a typo")
+    assert run["cancelled_at"] is not None
+    code, out, _ = run_cli(capsys, db_url, "runs", "--status", "cancelled", "--format", "json")
+    [listed] = json.loads(out)["runs"]
+    assert (listed["run_id"], listed["cancel_reason"]) == (str(run_id), "a typo")
+    assert listed["ended_at"] is not None
+    code, out, _ = run_cli(capsys, db_url, "runs", "--status", "cancelled")
+    assert "error or reason" in out.splitlines()[0]
+    assert "cancelled" in out.splitlines()[2]
+    assert out.splitlines()[2].rstrip().endswith("a typo")
+
+
+def test_cancel_by_flow_takes_only_started_runs_older_than_the_age(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, older = start(plain, hours_ago=2), start(plain, hours_ago=3)
+    young = start(plain)
+    finished = start(plain, hours_ago=5)
+    plain.call("cancel_run", finished, "earlier")
+
+    code, out, _ = run_cli(
+        capsys, db_url, "cancel", "--flow", "e2ePlain", "--older-than", "1h", "--yes",
+        "--format", "json",
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(out) == {
+        "cancelled": [
+            {"run_id": str(older), "flow_slug": "e2ePlain"},
+            {"run_id": str(old), "flow_slug": "e2ePlain"},
+        ],
+        "not_cancelled": [],
+    }
+    assert plain.run(young)["status"] == "started"
+    assert plain.run(finished)["cancel_reason"] == "earlier"
+
+    code, out, _ = run_cli(capsys, db_url, "cancel", "--flow", "e2ePlain", "--older-than", "1h",
+                           "--yes")  # fmt: skip
+    assert (code, out) == (0, "no started run of e2ePlain to cancel\n")
+
+
+def test_runs_that_are_not_started_are_errors_and_the_others_are_cancelled(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done, live, missing = start(plain), start(plain), uuid.uuid4()
+    plain.call("cancel_run", done)
+    code, out, err = run_cli(capsys, db_url, "cancel", str(done), str(live), str(missing), "--yes")
+    assert code == 1
+    assert out == f"cancelled run {live} of e2ePlain\n"
+    assert err.splitlines() == [
+        f"error: run {done} is cancelled already; only a started run can be cancelled",
+        f"error: run {missing} does not exist; only a started run can be cancelled",
+    ]
+    assert plain.run(live)["status"] == "cancelled"
+
+
+def test_without_a_terminal_to_ask_on_nothing_is_cancelled(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = start(plain)
+    code, out, err = run_cli(capsys, db_url, "cancel", "--flow", "e2ePlain")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        "error: cancel would cancel 1 run(s) and asks first, but there is no terminal to ask on.",
+        "HINT: Pass --yes to cancel without asking.",
+    ]
+    assert plain.run(run_id)["status"] == "started"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: Name the runs to cancel, or a flow with --flow, not both."),
+        ([str(uuid.uuid4()), "--flow", "e2ePlain"],
+         "error: Name the runs to cancel, or a flow with --flow, not both."),
+        (["--flow", "e2ePlian"], 'error: No flow "e2ePlian" is compiled in this database.'),
+    ],
+    ids=["nothing", "both", "unknown-flow"],
+)  # fmt: skip
+def test_a_wrong_selection_is_a_usage_error(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, db_url, "cancel", *args)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == message
+
+
+def test_a_bad_age_is_refused_by_the_parser(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["cancel", "--flow", "x", "--older-than", "an hour", "--database-url", db_url])
+    assert exited.value.code == 2
+    assert "invalid age 'an hour': write a number and a unit, for example 30s, 15m, 1h or 2d" in (
+        capsys.readouterr().err
+    )
+
+
+def answered(db_url: str, answer: str, *args: str) -> tuple[int, str]:
+    """`pgflow-gen cancel` on a terminal (a pty) that types `answer`."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pgflow_gen.cli", "cancel", *args, "--database-url", db_url],
+        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+    )  # fmt: skip
+    os.close(terminal)
+    seen = b""
+
+    def asked() -> bool:
+        nonlocal seen
+        seen += os.read(controller, 4096)
+        return b"[y/N]" in seen
+
+    eventually(asked, "the question")
+    os.write(controller, answer.encode() + b"\n")
+    code = process.wait(timeout=60)
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(controller)
+    return code, seen.decode().replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize(("answer", "code", "status"), [("y", 0, "cancelled"), ("n", 2, "started")])
+def test_on_a_terminal_it_shows_the_runs_and_asks(
+    plain: Db, db_url: str, answer: str, code: int, status: str
+) -> None:
+    run_id = start(plain)
+    exit_code, text = answered(db_url, answer, str(run_id), "--reason", "testing")
+    assert exit_code == code, text
+    assert str(run_id) in text.split("[y/N]")[0]
+    assert "cancel these 1 run(s) (testing)? [y/N] " in text
+    tail = text.split("[y/N] ", 1)[1]
+    if answer == "y":
+        assert f"cancelled run {run_id} of e2ePlain" in tail
+    else:
+        assert "error: Nothing was cancelled." in tail
+    assert plain.run(run_id)["status"] == status
+
+
+def test_start_wait_ends_with_the_cancellation_and_its_reason(plain: Db, db_url: str) -> None:
+    env = {**os.environ, "PGFLOW_DATABASE_URL": db_url}
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "pgflow_gen.cli", "start", "e2ePlain", "--input",
+         '{"name": "Ada"}', "--wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=Path.cwd(),
+    )  # fmt: skip
+    assert waiting.stdout is not None
+    first = waiting.stdout.readline()
+    assert first.startswith("started run ")
+    run_id = uuid.UUID(first.split()[2])
+    plain.call("cancel_run", run_id, "changed my mind")
+    out, _ = waiting.communicate(timeout=60)
+    assert waiting.returncode == 1
+    assert out.splitlines() == [
+        "cancelled: changed my mind",
+        f"(the run and every step: pgflow-gen status {run_id})",
+    ]
