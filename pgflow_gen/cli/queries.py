@@ -29,8 +29,13 @@ FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by 
 FLOW_INPUT_SCHEMA: Final[LiteralString] = (
     "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f where f.flow_slug = %s"
 )
-#: (flow slug, input) -> the new run's id.
-START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s)"
+#: (flow slug, input, run id) -> the new run's id and status.
+START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
+#: (flow slug, input, run id, key) -> the id and status of the new run, or of the run with that
+#: key (engine 0010).
+START_FLOW_WITH_KEY: Final[LiteralString] = (
+    "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
+)
 #: (run id) -> the run's row.
 RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the

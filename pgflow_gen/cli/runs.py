@@ -46,6 +46,12 @@ def register(commands: cli_parser.Commands) -> None:
         default="{}",
         help="the run input as JSON, checked against the flow's input schema",
     )
+    start.add_argument(
+        "--key",
+        metavar="KEY",
+        help="an idempotency key: when a run of the flow has it, that run is the answer and"
+        " nothing starts",
+    )
     start.add_argument("--wait", action="store_true", help="wait until the run finishes")
     start.add_argument(
         "--timeout", type=float, default=300.0, metavar="S", help="seconds --wait waits"
@@ -135,27 +141,41 @@ def _start(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_flow(conn, args.flow_slug)
         _check_input(conn, args.flow_slug, run_input)
+        wanted = uuid.uuid4()
         try:
-            row = conn.execute(
-                cli_queries.START_FLOW, (args.flow_slug, Jsonb(run_input))
+            row = (
+                conn.execute(cli_queries.START_FLOW, (args.flow_slug, Jsonb(run_input), wanted))
+                if args.key is None
+                else conn.execute(
+                    cli_queries.START_FLOW_WITH_KEY,
+                    (args.flow_slug, Jsonb(run_input), wanted, args.key),
+                )
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
     assert row is not None
     run_id: uuid.UUID = row["run_id"]
+    created = run_id == wanted
+    said = (
+        f"started run {run_id} of {args.flow_slug}"
+        if created
+        else f"run {run_id} of {args.flow_slug} has the key {args.key!r} already ({row['status']});"
+        " nothing started"
+    )
     as_json = args.format == "json"
     if not args.wait:
         if as_json:
-            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": "started"})
+            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": row["status"],
+                        "created": created})  # fmt: skip
         else:
-            print(f"started run {run_id} of {args.flow_slug}")
+            print(said)
         return EXIT_OK
     with (
         Client(project.database_url(args.database_url), pool_size=1) as client,
         _ctrl_c() as pressed,
     ):
         if not as_json:  # from here on, Ctrl-C says how to follow the run
-            print(f"started run {run_id} of {args.flow_slug}", flush=True)
+            print(said, flush=True)
         try:
             run = _wait_with_progress(client, run_id, args.timeout, pressed.is_set)
         except _StoppedWaiting:
@@ -170,6 +190,7 @@ def _start(args: argparse.Namespace) -> int:
             "run_id": run_id,
             "flow_slug": args.flow_slug,
             "status": run.status,
+            "created": created,
             "output": run.output,
             "cancel_reason": run.cancel_reason,
             "failure": None if run.failure is None else {

@@ -125,6 +125,8 @@ class Run(Generic[OutputT]):
     #: For a cancelled run: when, and the reason given (None when none was).
     cancelled_at: datetime.datetime | None = None
     cancel_reason: str | None = None
+    #: The key it was started with (`start_flow(..., idempotency_key=...)`), if any.
+    idempotency_key: str | None = None
     #: For a failed run: which step failed and why (None otherwise).
     failure: StepFailure | None = None
 
@@ -280,6 +282,7 @@ class Client:
         input: InputT,
         *,
         run_id: uuid.UUID | None = None,
+        idempotency_key: str | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -289,6 +292,7 @@ class Client:
         input: InputT,
         *,
         run_id: uuid.UUID | None = None,
+        idempotency_key: str | None = None,
     ) -> Run[OutputT]: ...
 
     def start_flow(
@@ -297,19 +301,31 @@ class Client:
         input: Any,
         *,
         run_id: uuid.UUID | None = None,
+        idempotency_key: str | None = None,
     ) -> Run[Any]:
         """Validate `input` against the flow's input type, then start a run of it.
 
+        With an `idempotency_key`, a run of this flow started with that key before is returned
+        as it is (whatever its input and status) and nothing starts, also when several callers
+        race; its `run_id` then differs from one passed here. A key lives as long as its run.
+
         Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
-        compiled in the database, DatabaseError for anything else the database refuses.
+        compiled in the database, DatabaseError for anything else the database refuses (a key
+        on an engine before 0010).
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         validate_input(plain, input)
         with self.connection() as conn:
             try:
-                row = conn.execute(
-                    queries.START_FLOW, (plain.slug, Jsonb(input), run_id)
-                ).fetchone()
+                if idempotency_key is None:
+                    row = conn.execute(
+                        queries.START_FLOW, (plain.slug, Jsonb(input), run_id)
+                    ).fetchone()
+                else:
+                    row = conn.execute(
+                        queries.START_FLOW_WITH_KEY,
+                        (plain.slug, Jsonb(input), run_id, idempotency_key),
+                    ).fetchone()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
             if row is None:

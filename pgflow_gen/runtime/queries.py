@@ -103,12 +103,18 @@ SHOW_WAITING_MESSAGES: Final[LiteralString] = (
 # -- client --------------------------------------------------------------------------------------
 #: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id.
 START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s, %s)"
+#: (flow, input, run id, idempotency key) -> the new run's id, or the id of the run with that key
+#: (engine 0010; without a key START_FLOW, which every engine has).
+START_FLOW_WITH_KEY: Final[LiteralString] = (
+    "select run_id from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
+)
 #: (run id) -> the run's row, as `Run` takes it.
 READ_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
     # Through to_jsonb: an engine before 0010 has no such columns (a client upgraded first).
     " (to_jsonb(r) ->> 'cancelled_at')::timestamptz as cancelled_at,"
-    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason"
+    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason,"
+    " to_jsonb(r) ->> 'idempotency_key' as idempotency_key"
     " from pgflow.runs as r where run_id = %s"
 )
 #: (run id, reason) -> the run cancelled (engine 0010).

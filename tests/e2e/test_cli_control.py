@@ -217,3 +217,22 @@ def test_start_wait_ends_with_the_cancellation_and_its_reason(plain: Db, db_url:
         "cancelled: changed my mind",
         f"(the run and every step: pgflow-gen status {run_id})",
     ]
+
+
+def test_start_with_a_key_starts_one_run_and_then_names_it(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("start", "e2ePlain", "--input", '{"name": "Ada"}', "--key", "order-7")
+    code, out, _ = run_cli(capsys, db_url, *args)
+    assert code == 0
+    assert out.startswith("started run ")
+    run_id = out.split()[2]
+    code, out, _ = run_cli(capsys, db_url, *args)
+    assert (code, out) == (
+        0, f"run {run_id} of e2ePlain has the key 'order-7' already (started); nothing started\n",
+    )  # fmt: skip
+    code, out, _ = run_cli(capsys, db_url, *args, "--format", "json")
+    assert json.loads(out) == {
+        "run_id": run_id, "flow_slug": "e2ePlain", "status": "started", "created": False,
+    }  # fmt: skip
+    assert plain.value("select count(*) from pgflow.runs") == 1

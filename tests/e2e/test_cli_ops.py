@@ -119,7 +119,7 @@ def test_every_listing_speaks_json_with_its_documented_schema(
     assert code == 0
     run_id = started["run_id"]
     assert started == {
-        "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed",
+        "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed", "created": True,
         "output": {"wrap_up": "ADA!"}, "cancel_reason": None, "failure": None,
     }  # fmt: skip
     uuid.UUID(run_id)

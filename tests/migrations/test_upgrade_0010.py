@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import Client, migrations
+from pgflow_gen.runtime import Client, Flow, Step, migrations
 from pgflow_gen.runtime.errors import DatabaseError
 from tests.engine import Engine
 
@@ -75,3 +75,16 @@ def test_a_client_of_this_release_reads_runs_on_0009_and_says_cancelling_needs_0
     assert refused.value.message == "The database's pgflow engine is too old for this call."
     assert refused.value.hint == "Run `pgflow-gen db migrate` against this database first."
     assert version_9.run(run_id)["status"] == "started"
+
+
+def test_a_client_of_this_release_starts_runs_on_0009_and_says_keys_need_0010(
+    version_9: Engine, empty_db_url: str
+) -> None:
+    version_9.flow("single", {"slug": "only"})
+    flow: Flow[Any, Any, Any] = Flow(slug="single", steps=(Step(slug="only"),))
+    with Client(empty_db_url) as client:
+        assert client.start_flow(flow, {}).status == "started"
+        with pytest.raises(DatabaseError) as refused:
+            client.start_flow(flow, {}, idempotency_key="k")
+    assert refused.value.message == "The database's pgflow engine is too old for this call."
+    assert version_9.value("select count(*) from pgflow.runs") == 1

@@ -153,6 +153,19 @@ def test_cancelling_a_finished_or_unknown_run_is_a_typed_error(client: Client) -
         client.cancel_run(missing)
 
 
+def test_a_second_start_with_an_idempotency_key_returns_the_first_run(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    first = client.start_flow(FLOW, ADA, idempotency_key="greet-ada")
+    grace: GreetInput = {"first": "Grace", "last": "Hopper"}
+    again = client.start_flow(FLOW, grace, idempotency_key="greet-ada")
+    assert again.run_id == first.run_id
+    assert (again.input, again.idempotency_key) == (ADA, "greet-ada")
+    other = client.start_flow(FLOW, ADA, idempotency_key="greet-ada-2")
+    assert other.run_id != first.run_id
+    assert conn.execute("select count(*) from pgflow.runs").fetchone() == (2,)
+
+
 def test_wait_gives_up_after_its_timeout(client: Client) -> None:
     run = client.start_flow(FLOW, ADA)
     with pytest.raises(TimeoutError, match="still running"):

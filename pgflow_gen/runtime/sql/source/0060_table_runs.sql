@@ -1,5 +1,7 @@
 -- One row per run of a flow. remaining_steps counts down as steps complete or are skipped.
 -- A cancelled run (pgflow.cancel_run) keeps when and why in cancelled_at and cancel_reason.
+-- idempotency_key names a run for its flow (pgflow.start_flow): a second start with the same key
+-- returns this run. The key lives as long as the run (pruning frees it).
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -13,8 +15,11 @@ create table pgflow.runs (
   failed_at timestamptz,
   cancelled_at timestamptz,
   cancel_reason text,
+  idempotency_key text,
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 
 create index runs_flow_slug_idx on pgflow.runs (flow_slug);
 create index runs_status_idx on pgflow.runs (status);
+create unique index runs_idempotency_key_idx on pgflow.runs (flow_slug, idempotency_key)
+  where idempotency_key is not null;

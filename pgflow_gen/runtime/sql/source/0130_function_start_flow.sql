@@ -1,12 +1,19 @@
 -- Starts a run: one step state per step, then every ready step moves forward at once (conditions,
 -- empty maps, first messages). A flow with a root map needs an array input. Returns the run.
 -- Holds the flow's definition lock shared, so the definition cannot change while it is read.
-create function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+-- With an idempotency_key, a run of this flow with that key is returned as it is (whatever its
+-- input and status) and nothing starts; concurrent starts with one key make one run (the unique
+-- index decides; under repeatable read the loser gets a serialization failure, to be retried).
+create function pgflow.start_flow(
+  flow_slug text, input jsonb, run_id uuid default null, idempotency_key text default null
+)
 returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = ''
 as $$
+-- The conflict target names columns that are parameters too; every other use is qualified.
+#variable_conflict use_column
 declare
   v_run_id uuid := coalesce(run_id, gen_random_uuid());
   v_root_map text;
@@ -16,6 +23,13 @@ begin
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
+  end if;
+  if idempotency_key is not null then
+    return query select * from pgflow.runs as r
+      where r.flow_slug = start_flow.flow_slug and r.idempotency_key = start_flow.idempotency_key;
+    if found then
+      return;
+    end if;
   end if;
   if input is null then
     raise exception 'The input of a run of flow "%" must not be SQL NULL.', flow_slug
@@ -33,9 +47,16 @@ begin
     v_input_length := jsonb_array_length(input);
   end if;
 
-  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key)
   values (v_run_id, flow_slug, input,
-    (select count(*) from pgflow.steps as s where s.flow_slug = start_flow.flow_slug));
+    (select count(*) from pgflow.steps as s where s.flow_slug = start_flow.flow_slug),
+    idempotency_key)
+  on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing;
+  if not found then  -- a concurrent start with this key won: its run is the one
+    return query select * from pgflow.runs as r
+      where r.flow_slug = start_flow.flow_slug and r.idempotency_key = start_flow.idempotency_key;
+    return;
+  end if;
 
   insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks)
   select v_run_id, s.flow_slug, s.step_slug, s.deps_count,

@@ -1,4 +1,4 @@
--- Engine migration 0010: cancelling a run.
+-- Engine migration 0010: run control. Cancelling a run, and idempotent starts.
 --
 -- pgflow.cancel_run(run_id, reason) ends a started run as cancelled, a new terminal status of
 -- runs and step states (tasks had it already: a failed run cancels its unfinished tasks). The
@@ -8,6 +8,11 @@
 -- insert channel (a JSON payload: {"event": "run:cancelled", "run_id": ...}) and stop the run's
 -- handlers; a worker of an earlier release only wakes up, and its late result is ignored.
 -- pgflow.prune_data_older_than deletes cancelled runs as it deletes failed ones.
+--
+-- pgflow.start_flow takes an idempotency_key (a fourth parameter, default null; runs keep it in
+-- runs.idempotency_key, unique per flow): a second start of the flow with the same key returns
+-- the existing run and starts nothing, also when the starts race. Calls with two or three
+-- arguments are unchanged.
 --
 -- Workers and clients of any release run on it.
 
@@ -20,7 +25,12 @@ alter domain pgflow.step_status add constraint step_status_is_known check (
     value in ('created', 'started', 'completed', 'failed', 'skipped', 'cancelled')
   );
 
-alter table pgflow.runs add column cancelled_at timestamptz, add column cancel_reason text;
+alter table pgflow.runs
+  add column cancelled_at timestamptz,
+  add column cancel_reason text,
+  add column idempotency_key text;
+create unique index runs_idempotency_key_idx on pgflow.runs (flow_slug, idempotency_key)
+  where idempotency_key is not null;
 
 -- Cancels a started run: the run becomes cancelled (with cancelled_at and the reason), every
 -- step that had not finished becomes cancelled, and so does every queued or started task, whose
@@ -172,5 +182,84 @@ begin
   return jsonb_build_object(
     'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived
   );
+end;
+$$;
+
+-- The old signature goes: with both, a call with two or three arguments would be ambiguous.
+drop function pgflow.start_flow(text, jsonb, uuid);
+
+-- Starts a run: one step state per step, then every ready step moves forward at once (conditions,
+-- empty maps, first messages). A flow with a root map needs an array input. Returns the run.
+-- Holds the flow's definition lock shared, so the definition cannot change while it is read.
+-- With an idempotency_key, a run of this flow with that key is returned as it is (whatever its
+-- input and status) and nothing starts; concurrent starts with one key make one run (the unique
+-- index decides; under repeatable read the loser gets a serialization failure, to be retried).
+create function pgflow.start_flow(
+  flow_slug text, input jsonb, run_id uuid default null, idempotency_key text default null
+)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = ''
+as $$
+-- The conflict target names columns that are parameters too; every other use is qualified.
+#variable_conflict use_column
+declare
+  v_run_id uuid := coalesce(run_id, gen_random_uuid());
+  v_root_map text;
+  v_input_length int;
+begin
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
+    raise exception 'Flow "%" does not exist.', flow_slug
+      using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
+  end if;
+  if idempotency_key is not null then
+    return query select * from pgflow.runs as r
+      where r.flow_slug = start_flow.flow_slug and r.idempotency_key = start_flow.idempotency_key;
+    if found then
+      return;
+    end if;
+  end if;
+  if input is null then
+    raise exception 'The input of a run of flow "%" must not be SQL NULL.', flow_slug
+      using errcode = '22004', hint = 'Pass a JSON value; ''null''::jsonb is a valid JSON input.';
+  end if;
+  select s.step_slug into v_root_map from pgflow.steps as s
+  where s.flow_slug = start_flow.flow_slug and s.step_type = 'map' and s.deps_count = 0
+  order by s.step_index limit 1;
+  if v_root_map is not null and jsonb_typeof(input) <> 'array' then
+    raise exception 'Flow "%" maps its input in step "%", so the input must be a JSON array, got %.',
+      flow_slug, v_root_map, jsonb_typeof(input)
+      using errcode = '22023';
+  end if;
+  if jsonb_typeof(input) = 'array' then
+    v_input_length := jsonb_array_length(input);
+  end if;
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key)
+  values (v_run_id, flow_slug, input,
+    (select count(*) from pgflow.steps as s where s.flow_slug = start_flow.flow_slug),
+    idempotency_key)
+  on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing;
+  if not found then  -- a concurrent start with this key won: its run is the one
+    return query select * from pgflow.runs as r
+      where r.flow_slug = start_flow.flow_slug and r.idempotency_key = start_flow.idempotency_key;
+    return;
+  end if;
+
+  insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks)
+  select v_run_id, s.flow_slug, s.step_slug, s.deps_count,
+    case
+      when s.step_type = 'single' then 1
+      when s.deps_count = 0 then v_input_length
+    end
+  from pgflow.steps as s
+  where s.flow_slug = start_flow.flow_slug;
+
+  perform pgflow._emit_event(v_run_id, 'run:started', null, 'started');
+  perform pgflow._advance_run(v_run_id);
+
+  return query select * from pgflow.runs as r where r.run_id = v_run_id;
 end;
 $$;
