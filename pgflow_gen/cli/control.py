@@ -1,5 +1,6 @@
 """Run control commands of `pgflow-gen`: `cancel` (one run, several, or every started run of a
-flow), through the engine's `pgflow.cancel_run`, so they work for any flow without its module.
+flow), `pause` and `resume` (a step of a flow, in every run), through the engine's functions, so
+they work for any flow without its module.
 
 A bulk command shows what it will change and asks first; `--yes` skips the question, and
 without a terminal to ask on it refuses rather than guess.
@@ -71,6 +72,27 @@ def register(commands: cli_parser.Commands) -> None:
     cancel.add_argument("--reason", help="why, stored with each run (runs.cancel_reason)")
     cancel.add_argument("--yes", action="store_true", help="cancel without asking first")
     cancel.set_defaults(handler=_cancel)
+
+    pause = commands.add(
+        "pause",
+        "pause a step in every run: none of its tasks starts until it is resumed",
+        database=True,
+        formats=runs.FORMATS,
+    )
+    pause.add_argument("flow_slug", metavar="FLOW", help="the flow's slug")
+    pause.add_argument("step_slug", metavar="STEP", help="the step's slug")
+    pause.add_argument("--reason", help="why, shown by coverage, status and workers")
+    pause.set_defaults(handler=_pause)
+
+    resume = commands.add(
+        "resume",
+        "resume a paused step: its waiting tasks start at once",
+        database=True,
+        formats=runs.FORMATS,
+    )
+    resume.add_argument("flow_slug", metavar="FLOW", help="the flow's slug")
+    resume.add_argument("step_slug", metavar="STEP", help="the step's slug")
+    resume.set_defaults(handler=_resume)
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -165,3 +187,58 @@ def _confirm(chosen: list[dict[str, Any]], reason: str | None) -> None:
 def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str | None:
     row = conn.execute(cli_queries.RUN, (run_id,)).fetchone()
     return None if row is None else str(row["status"])
+
+
+def _require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_slug: str) -> None:
+    """Raise UsageError unless the compiled flow has the step, naming a near one."""
+    runs.require_flow(conn, flow_slug)
+    known = [r["step_slug"] for r in conn.execute(cli_queries.STEP_SLUGS, (flow_slug,))]
+    if step_slug in known:
+        return
+    near = runs.near_match(step_slug, known)
+    listed = f"Steps of {flow_slug}: {', '.join(known)}."
+    raise UsageError(
+        f'Flow "{flow_slug}" has no step "{step_slug}".',
+        hint=f'Did you mean "{near}"? Slugs are exact. {listed}' if near else listed,
+    )
+
+
+def _pause(args: argparse.Namespace) -> int:
+    with runs.connect(args) as conn:
+        _require_step(conn, args.flow_slug, args.step_slug)
+        try:
+            pause = conn.execute(
+                runtime_queries.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise client_module.engine_error(exc) from exc
+    assert pause is not None
+    if args.format == "json":
+        print_json(pause)
+    else:
+        because = f" ({pause['reason']})" if pause["reason"] else ""
+        print(f"paused step {args.step_slug} of {args.flow_slug}{because}: its tasks wait until"
+              f" `pgflow-gen resume {args.flow_slug} {args.step_slug}`")  # fmt: skip
+    return EXIT_OK
+
+
+def _resume(args: argparse.Namespace) -> int:
+    with runs.connect(args) as conn:
+        _require_step(conn, args.flow_slug, args.step_slug)
+        was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
+        try:
+            row = conn.execute(
+                runtime_queries.RESUME_STEP, (args.flow_slug, args.step_slug)
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise client_module.engine_error(exc) from exc
+    shown = int(row["resume_step"]) if row else 0
+    if args.format == "json":
+        print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
+                    "was_paused": was_paused, "held_messages_shown": shown})  # fmt: skip
+    elif was_paused:
+        print(f"resumed step {args.step_slug} of {args.flow_slug}: {shown} held task(s) can"
+              " start now")  # fmt: skip
+    else:
+        print(f"step {args.step_slug} of {args.flow_slug} was not paused; nothing changed")
+    return EXIT_OK

@@ -118,6 +118,19 @@ WORKERS: Final[LiteralString] = (
     " from pgflow.workers where %s or stopped_at is null"
     " order by queue_name, started_at"
 )
+#: () -> whether the engine has step pauses ("present"; engine 0010).
+HAS_STEP_PAUSES: Final[LiteralString] = (
+    "select to_regclass('pgflow.step_pauses') is not null as present"
+)
+#: () -> every paused step with its reason and since when.
+STEP_PAUSES: Final[LiteralString] = (
+    "select flow_slug, step_slug, reason, paused_at from pgflow.step_pauses"
+    " order by flow_slug, step_slug"
+)
+#: (flow slug) -> its step slugs in step order.
+STEP_SLUGS: Final[LiteralString] = (
+    "select step_slug from pgflow.steps where flow_slug = %s order by step_index"
+)
 #: (seconds or NULL) -> those seconds, else the liveness rule's "live within" ("seconds").
 FRESHNESS: Final[LiteralString] = (
     "select extract(epoch from coalesce(make_interval(secs => %s),"

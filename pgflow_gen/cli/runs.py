@@ -112,8 +112,7 @@ def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> No
     known = [row["flow_slug"] for row in rows]
     if flow_slug in known:
         return
-    near = [slug for slug in known if slug.lower() == flow_slug.lower()]
-    near = near or difflib.get_close_matches(flow_slug, known, n=1)
+    near = near_match(flow_slug, known)
     listed = f"Compiled flows: {', '.join(known) or '(none)'}." + (
         ""
         if known
@@ -122,8 +121,37 @@ def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> No
     )
     raise UsageError(
         f'No flow "{flow_slug}" is compiled in this database.',
-        hint=f'Did you mean "{near[0]}"? Slugs are exact. {listed}' if near else listed,
+        hint=f'Did you mean "{near}"? Slugs are exact. {listed}' if near else listed,
     )
+
+
+def near_match(slug: str, known: list[str]) -> str | None:
+    """The known slug `slug` is most likely a typo of: the same but for case, else the closest."""
+    near = [candidate for candidate in known if candidate.lower() == slug.lower()]
+    near = near or difflib.get_close_matches(slug, known, n=1)
+    return near[0] if near else None
+
+
+Pauses = dict[tuple[str, str], dict[str, Any]]
+
+
+def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
+    """The paused steps by (flow, step), with their reason and since when (none before engine
+    0010, which has no pauses)."""
+    row = conn.execute(cli_queries.HAS_STEP_PAUSES).fetchone()
+    if row is None or not row["present"]:
+        return {}
+    return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_PAUSES)}
+
+
+def _pause_json(pause: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if pause is None else {"reason": pause["reason"], "paused_at": pause["paused_at"]}
+
+
+def _pause_cell(pause: dict[str, Any] | None) -> str | None:
+    if pause is None:
+        return None
+    return f"paused: {pause['reason']}" if pause["reason"] else "paused"
 
 
 def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
@@ -331,6 +359,12 @@ def _status(args: argparse.Namespace) -> int:
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         steps = conn.execute(cli_queries.RUN_STEPS, (args.run_id,)).fetchall()
+        pauses = paused_steps(conn)
+    for s in steps:
+        pause = pauses.get((run["flow_slug"], s["step_slug"]))
+        s["pause"] = pause if s["status"] in ("created", "started") else None
+        if s["pause"] is not None:
+            s["note"] = "; ".join(filter(None, [_pause_cell(pause), s["note"]]))
     if args.format == "json":
         print_json({
             "run": {
@@ -346,6 +380,7 @@ def _status(args: argparse.Namespace) -> int:
                     "tasks": s["initial_tasks"],
                     "attempts": s["attempts"],
                     "note": s["note"],
+                    "paused": _pause_json(s["pause"]),
                     "last_error": None if s["error_message"] is None else {
                         "task_index": s["task_index"],
                         "attempt": s["error_attempt"],
@@ -483,23 +518,33 @@ def _flows(args: argparse.Namespace) -> int:
 def _workers(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         rows = conn.execute(cli_queries.WORKERS, (args.all,)).fetchall()
+        pauses = paused_steps(conn)
+    for r in rows:  # the paused steps a worker serves: its own, or any of its flow's
+        r["paused_steps"] = [
+            step for flow, step in pauses
+            if flow == r["flow_slug"] and r["step_slug"] in (None, step)
+        ]  # fmt: skip
     if args.format == "json":
         print_json({
             "workers": [
                 {"worker_id": r["worker_id"], "name": r["function_name"], "state": r["state"],
                  "flow_slug": r["flow_slug"], "step_slug": r["step_slug"],
-                 "queue_name": r["queue_name"], "last_heartbeat_at": r["last_heartbeat_at"]}
+                 "queue_name": r["queue_name"], "last_heartbeat_at": r["last_heartbeat_at"],
+                 "paused_steps": r["paused_steps"]}
                 for r in rows
             ]
         })  # fmt: skip
         return EXIT_OK
+    paused = any(r["paused_steps"] for r in rows)  # the column shows only when it says something
     table(
         [
             (r["function_name"], r["state"], r["queue_name"], r["step_slug"],
-             r["last_heartbeat_at"], r["worker_id"])
+             r["last_heartbeat_at"], r["worker_id"],
+             *([", ".join(r["paused_steps"]) or None] if paused else []))
             for r in rows
         ],
-        ["worker", "state", "queue", "step", "last heartbeat", "id"],
+        ["worker", "state", "queue", "step", "last heartbeat", "id",
+         *(["paused steps"] if paused else [])],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK
@@ -517,17 +562,22 @@ def _coverage(args: argparse.Namespace) -> int:
         rows = conn.execute(
             cli_queries.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
         ).fetchall()
+        pauses = paused_steps(conn)
     uncovered = [r for r in rows if not r["covered"]]
+    for r in rows:
+        r["paused"] = _pause_json(pauses.get((r["flow_slug"], r["step_slug"])))
     if args.format == "json":
         print_json({"ok": not uncovered, "freshness_s": freshness, "routes": rows})
     else:
+        paused = any(r["paused"] for r in rows)  # the column shows only when it says something
         table(
             [
                 (r["flow_slug"], r["step_slug"], r["queue_name"], r["live_workers"],
-                 "yes" if r["covered"] else "NO")
+                 "yes" if r["covered"] else "NO",
+                 *([_pause_cell(pauses.get((r["flow_slug"], r["step_slug"])))] if paused else []))
                 for r in rows
             ],
-            ["flow", "step", "queue", "live workers", "covered"],
+            ["flow", "step", "queue", "live workers", "covered", *(["paused"] if paused else [])],
             sys.stdout,
         )  # fmt: skip
         print(

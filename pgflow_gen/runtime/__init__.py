@@ -19,6 +19,8 @@ from pgflow_gen.runtime.client import (
     RunFinishedError,
     RunNotFoundError,
     StepFailure,
+    StepNotFoundError,
+    StepPause,
 )
 from pgflow_gen.runtime.context import Context
 from pgflow_gen.runtime.embedding import Worker, run_worker
@@ -52,7 +54,9 @@ __all__ = [
     "RunNotFoundError",
     "Step",
     "StepFailure",
+    "StepNotFoundError",
     "StepOptions",
+    "StepPause",
     "StepQueuedFlow",
     "TypedDict",
     "Worker",

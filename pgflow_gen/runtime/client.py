@@ -74,6 +74,22 @@ class FlowNotFoundError(errors.PgflowError):
     code = "flow_not_found"
 
 
+class StepNotFoundError(FlowNotFoundError):
+    """The flow has no step of that slug (slugs are case-sensitive)."""
+
+    code = "step_not_found"
+
+
+@dataclass(frozen=True)
+class StepPause:
+    """A paused step (`Client.pause_step`): no task of it starts until it is resumed."""
+
+    flow_slug: str
+    step_slug: str
+    reason: str | None
+    paused_at: datetime.datetime
+
+
 @dataclass(frozen=True)
 class StepFailure:
     """Why a run failed: its first failed step, and the failed task's attempts and error.
@@ -347,6 +363,44 @@ class Client:
                 raise engine_error(exc) from exc
             return self.read_run(conn, run_id)
 
+    def pause_step(
+        self,
+        flow: Flow[StepSlugT, Any, Any] | StepQueuedFlow[StepSlugT, Any, Any],
+        step_slug: StepSlugT,
+        reason: str | None = None,
+    ) -> StepPause:
+        """Pause a step of a flow in every run: no task of it starts (its queued tasks wait and
+        use no attempt), started ones finish, the other steps go on, until `resume_step`.
+        Pausing a paused step keeps when it was paused and takes the new reason.
+
+        Raises FlowNotFoundError or StepNotFoundError, DatabaseError for anything else the
+        database refuses (an engine before 0010).
+        """
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        with self.connection() as conn, conn.cursor(row_factory=class_row(StepPause)) as cur:
+            try:
+                row = cur.execute(queries.PAUSE_STEP, (plain.slug, step_slug, reason)).fetchone()
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
+        assert row is not None  # pause_step returns its row or raises
+        return row
+
+    def resume_step(
+        self,
+        flow: Flow[StepSlugT, Any, Any] | StepQueuedFlow[StepSlugT, Any, Any],
+        step_slug: StepSlugT,
+    ) -> int:
+        """Resume a paused step: the messages its claims held are visible again at once, and
+        its tasks start as workers claim them. Returns how many were held (0 for a step that
+        was not paused). Raises as `pause_step` does."""
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        with self.connection() as conn:
+            try:
+                row = conn.execute(queries.RESUME_STEP, (plain.slug, step_slug)).fetchone()
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
+        return int(row[0]) if row else 0
+
     def get_run(self, run_id: uuid.UUID) -> Run[Any]:
         with self.connection() as conn:
             return self.read_run(conn, run_id)
@@ -371,7 +425,9 @@ def engine_error(exc: psycopg.Error) -> errors.PgflowError:
     diag = exc.diag
     message = diag.message_primary or str(exc).strip()
     kind: type[errors.PgflowError] = errors.DatabaseError
-    if isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
+    if isinstance(exc, psycopg.errors.NoDataFound) and " has no step " in message:
+        kind = StepNotFoundError
+    elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
         kind = FlowNotFoundError
     elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Run "):
         kind = RunNotFoundError

@@ -19,6 +19,9 @@ from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots
 
+#: How many held message ids the poller remembers, so that it logs each once.
+HELD_REMEMBERED = 10_000
+
 
 class Poller:
     def __init__(
@@ -43,6 +46,8 @@ class Poller:
         self.link = link
         self.log = logger
         self.stopping = stopping
+        #: Held messages of paused steps already logged (see _say_paused).
+        self._held_seen: set[int] = set()
 
     async def run(self) -> None:
         """Poll until the worker stops."""
@@ -79,7 +84,7 @@ class Poller:
         ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
         if not ids:
             return 0
-        claimed, archived = await session.claim_tasks(
+        claimed, archived, held = await session.claim_tasks(
             a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
         )
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
@@ -93,7 +98,8 @@ class Poller:
                 a.queue_name,
                 ", ".join(map(str, archived)),
             )
-        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed} - set(archived))
+        self._say_paused(held)
+        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed} - set(archived) - set(held))
         own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:
@@ -107,6 +113,24 @@ class Poller:
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
             )
         return len(ids)
+
+    def _say_paused(self, held: list[int]) -> None:
+        """Log the messages of paused steps a claim held, each once (held messages come back
+        every minute until their step is resumed)."""
+        new = [msg_id for msg_id in held if msg_id not in self._held_seen]
+        if not new:
+            return
+        if len(self._held_seen) > HELD_REMEMBERED:
+            self._held_seen.clear()
+        self._held_seen.update(new)
+        self.log.info(
+            "held %d message(s) in queue %s, ids %s: a step of flow %s is paused (`pgflow-gen"
+            " coverage` shows which); they wait, using no attempt, until it is resumed",
+            len(new),
+            self.assignment.queue_name,
+            ", ".join(map(str, new[:10])) + (" ..." if len(new) > 10 else ""),
+            self.assignment.flow.slug,
+        )
 
     async def _keep_own_messages_hidden(self, session: Session, unclaimed: list[int]) -> set[int]:
         """Of the messages read but not claimed, the ones of this worker's own tasks (a handler

@@ -117,6 +117,12 @@ READ_RUN: Final[LiteralString] = (
     " to_jsonb(r) ->> 'idempotency_key' as idempotency_key"
     " from pgflow.runs as r where run_id = %s"
 )
+#: (flow, step, reason) -> the step's pause (engine 0010).
+PAUSE_STEP: Final[LiteralString] = (
+    "select flow_slug, step_slug, reason, paused_at from pgflow.pause_step(%s, %s, %s)"
+)
+#: (flow, step) -> how many held messages were shown again (engine 0010).
+RESUME_STEP: Final[LiteralString] = "select pgflow.resume_step(%s, %s)"
 #: (run id, reason) -> the run cancelled (engine 0010).
 CANCEL_RUN: Final[LiteralString] = "select run_id from pgflow.cancel_run(%s, %s)"
 #: (run id) -> its first failed step, with its failed task's attempts and error (`StepFailure`).

@@ -38,14 +38,18 @@ SWEEP_LOCK_TIMEOUT = "1s"
 TaskRow = tuple[int, str] | None
 #: How claim_tasks (engine 0008) names the messages it archived: its warning's first words.
 ARCHIVED_NOTICE = "claim_tasks archived"
+#: The start of the notice in which claim_tasks names the messages of paused steps it held.
+HELD_NOTICE = "claim_tasks held"
 
 
 class Claim(NamedTuple):
-    """What one claim did: the tasks it claimed, and the messages read that it archived because
-    their task no longer exists (a run deleted or pruned earlier)."""
+    """What one claim did: the tasks it claimed, the messages read that it archived because
+    their task no longer exists (a run deleted or pruned earlier), and those it held because
+    their step is paused (engine 0010)."""
 
     tasks: list[ClaimedTask]
     archived: list[int]
+    held: list[int]
 
 
 class Session(Protocol):
@@ -121,6 +125,7 @@ class PsycopgSession:
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
         self._archived: list[int] = []
+        self._held: list[int] = []
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -195,7 +200,7 @@ class PsycopgSession:
         queue: str,
         step_slug: str | None,
     ) -> Claim:
-        self._archived = []
+        self._archived, self._held = [], []
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             if step_slug is None:
                 await claim.execute(queries.CLAIM_TASKS, (flow_slug, msg_ids, worker_id, queue))
@@ -203,15 +208,20 @@ class PsycopgSession:
                 await claim.execute(
                     queries.CLAIM_STEP_TASKS, (flow_slug, msg_ids, worker_id, queue, step_slug)
                 )
-            return Claim(await claim.fetchall(), self._archived)
+            return Claim(await claim.fetchall(), self._archived, self._held)
 
     def _notice(self, diag: psycopg.errors.Diagnostic) -> None:
-        """Collect the ids claim_tasks names in its archived-messages warning (JSON detail)."""
-        if not (diag.message_primary or "").startswith(ARCHIVED_NOTICE):
+        """Collect the ids claim_tasks names in its archived-messages warning and its
+        held-messages notice (JSON details)."""
+        primary = diag.message_primary or ""
+        if primary.startswith(ARCHIVED_NOTICE):
+            into, key = self._archived, "archived_message_ids"
+        elif primary.startswith(HELD_NOTICE):
+            into, key = self._held, "held_message_ids"
+        else:
             return
         try:
-            ids = json.loads(diag.message_detail or "")["archived_message_ids"]
-            self._archived.extend(int(i) for i in ids)
+            into.extend(int(i) for i in json.loads(diag.message_detail or "")[key])
         except (ValueError, TypeError, KeyError):
             return  # not the detail this release writes: nothing to add
 

@@ -160,7 +160,7 @@ class _Runner:
         ids = await self.session.read_messages(queue.name, self.read_visibility, _BATCH)
         if not ids:
             return 0
-        claimed, _archived = await self.session.claim_tasks(
+        claimed, _archived, _held = await self.session.claim_tasks(
             self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug
         )
         for task in claimed:

@@ -236,3 +236,60 @@ def test_start_with_a_key_starts_one_run_and_then_names_it(
         "run_id": run_id, "flow_slug": "e2ePlain", "status": "started", "created": False,
     }  # fmt: skip
     assert plain.value("select count(*) from pgflow.runs") == 1
+
+
+def test_pause_and_resume_a_step_and_every_listing_shows_the_pause(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = start(plain)
+    plain.conn.execute(
+        "select pgflow.register_worker(gen_random_uuid(), 'e2eplain', 'e2ePlain', 'e2ePlain')"
+    )
+    code, out, _ = run_cli(capsys, db_url, "pause", "e2ePlain", "wrap_up", "--reason", "API down")
+    assert (code, out) == (
+        0, "paused step wrap_up of e2ePlain (API down): its tasks wait until"
+        " `pgflow-gen resume e2ePlain wrap_up`\n",
+    )  # fmt: skip
+
+    code, out, _ = run_cli(capsys, db_url, "coverage", "--format", "json")
+    routes = {r["step_slug"]: r["paused"] for r in json.loads(out)["routes"]}
+    assert routes["shout"] is None
+    assert routes["wrap_up"] is not None
+    assert routes["wrap_up"]["reason"] == "API down"
+    code, out, _ = run_cli(capsys, db_url, "coverage")
+    header, _, shout, wrap_up = out.splitlines()[:4]
+    assert header.split()[-1] == "paused"
+    assert wrap_up.rstrip().endswith("paused: API down")
+    assert not shout.rstrip().endswith("down")
+    code, out, _ = run_cli(capsys, db_url, "status", str(run_id), "--format", "json")
+    steps = {s["step_slug"]: s for s in json.loads(out)["steps"]}
+    assert steps["wrap_up"]["paused"]["reason"] == "API down"
+    assert steps["wrap_up"]["note"] == "paused: API down"
+    assert steps["shout"]["paused"] is None
+    code, out, _ = run_cli(capsys, db_url, "workers", "--format", "json")
+    [worker] = json.loads(out)["workers"]
+    assert worker["paused_steps"] == ["wrap_up"]
+    code, out, _ = run_cli(capsys, db_url, "workers")
+    assert out.splitlines()[0].rstrip().endswith("paused steps")
+
+    code, out, _ = run_cli(capsys, db_url, "resume", "e2ePlain", "wrap_up", "--format", "json")
+    assert json.loads(out) == {
+        "flow_slug": "e2ePlain", "step_slug": "wrap_up", "was_paused": True,
+        "held_messages_shown": 0,
+    }  # fmt: skip
+    code, out, _ = run_cli(capsys, db_url, "resume", "e2ePlain", "wrap_up")
+    assert (code, out) == (0, "step wrap_up of e2ePlain was not paused; nothing changed\n")
+    code, out, _ = run_cli(capsys, db_url, "coverage")
+    assert "paused" not in out  # the column only shows while a step is paused
+
+
+def test_pausing_an_unknown_step_names_a_near_one(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, db_url, "pause", "e2ePlain", "wrapUp")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        'error: Flow "e2ePlain" has no step "wrapUp".',
+        'HINT: Did you mean "wrap_up"? Slugs are exact. Steps of e2ePlain: shout, wrap_up.',
+    ]
+    assert plain.value("select count(*) from pgflow.step_pauses") == 0

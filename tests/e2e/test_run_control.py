@@ -59,3 +59,40 @@ def test_cancelling_a_run_stops_its_60_s_handlers_within_2_s(
     quick = db.start("e2eControl", {"seconds": 0.1, "marks": str(tmp_path)})
     assert db.finished(quick)["output"] == {"slowAsync": "done", "slowSync": "done"}
     assert worker.stop() == 0
+
+
+def test_a_paused_step_waits_under_load_across_a_worker_restart_and_resumes_at_once(
+    workers: Workers, db: Db
+) -> None:
+    for step in ("first", "second", "side"):
+        workers.start("e2e_steps", step).started()
+    db.call("pause_step", "e2eSteps", "second", "the downstream API is down")
+    runs = [db.start("e2eSteps", {"n": n}) for n in range(20)]
+
+    def upstream_done() -> bool:
+        return bool(db.value(
+            "select count(*) = 40 from pgflow.step_tasks"
+            " where step_slug in ('first', 'side') and status = 'completed'"
+        ))  # fmt: skip
+
+    eventually(upstream_done, "the steps before and beside the paused one to finish")
+    second = next(w for w in workers if w.module.endswith(".second"))
+    second.wait_for_log("a step of flow e2eSteps is paused")
+    # The paused step's worker restarts: the pause is the engine's, so it holds.
+    assert second.stop() == 0
+    workers.start("e2e_steps", "second").started()
+    waiting = db.all(
+        "select status, attempts_count from pgflow.step_tasks where step_slug = 'second'"
+    )
+    assert waiting == [{"status": "queued", "attempts_count": 0}] * 20
+    assert {db.run(run_id)["status"] for run_id in runs} == {"started"}
+
+    [row] = db.call("resume_step", "e2eSteps", "second")
+    assert row["resume_step"] > 0  # the held messages, shown at once
+    for run_id in runs:
+        assert db.finished(run_id)["status"] == "completed"
+    assert (
+        db.value("select max(attempts_count) from pgflow.step_tasks where step_slug = 'second'")
+        == 1
+    )
+    assert not any("unclaimed" in w.log() for w in workers)

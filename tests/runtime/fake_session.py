@@ -166,7 +166,7 @@ class FakeSession:
         engine = self._call()
         claimed = [engine.queued.pop(m) for m in msg_ids if m in engine.queued]
         engine.claims.append([task.msg_id for task in claimed])
-        return Claim(claimed, [])
+        return Claim(claimed, [], [])
 
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
         engine = self._call()

@@ -22,6 +22,7 @@ from pgflow_gen.runtime import (
     RunNotFoundError,
     Step,
     StepFailure,
+    StepNotFoundError,
     with_step_queues,
 )
 from pgflow_gen.runtime.client import POOL_SIZE
@@ -164,6 +165,35 @@ def test_a_second_start_with_an_idempotency_key_returns_the_first_run(
     other = client.start_flow(FLOW, ADA, idempotency_key="greet-ada-2")
     assert other.run_id != first.run_id
     assert conn.execute("select count(*) from pgflow.runs").fetchone() == (2,)
+
+
+def test_pause_step_holds_a_step_until_resume_step(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    pause = client.pause_step(FLOW, "fullName", "maintenance")
+    assert (pause.flow_slug, pause.step_slug, pause.reason) == (
+        "greetUser",
+        "fullName",
+        "maintenance",
+    )
+    run = client.start_flow(FLOW, ADA)
+    engine = Engine(conn)
+    assert engine.poll("greetUser") == []  # held
+    assert client.resume_step(FLOW, "fullName") == 1
+    [task] = engine.poll("greetUser")
+    assert (task.run_id, task.step_slug) == (run.run_id, "fullName")
+    assert client.resume_step(FLOW, "fullName") == 0
+
+
+def test_pausing_a_step_the_flow_lacks_is_a_typed_error(client: Client) -> None:
+    untyped: Flow[Any, Any, Any] = FLOW  # a slug from outside Python is not type-checked
+    with pytest.raises(StepNotFoundError) as refused:
+        client.pause_step(untyped, "full_name")
+    assert refused.value.message == 'Flow "greetUser" has no step "full_name".'
+    missing: Flow[Any, Any, Any] = Flow(slug="otherFlow", steps=FLOW.steps)
+    with pytest.raises(FlowNotFoundError) as unknown:
+        client.resume_step(missing, "fullName")
+    assert unknown.value.message == 'Flow "otherFlow" does not exist.'
 
 
 def test_wait_gives_up_after_its_timeout(client: Client) -> None:

@@ -55,3 +55,6 @@ def never_called() -> None:
     if run.output is not None:
         count: int = run.output["thankHelpers"]  # type: ignore[assignment]
         print(count, unchecked)
+    Client().pause_step(STEP_QUEUED_FLOW, "clasify")  # type: ignore[misc]
+    Client().resume_step(FLOW, "nope")  # type: ignore[misc]
+    Client().start_flow(FLOW, {"thread_id": "t", "text": "x"}, idempotency_key=7)  # type: ignore[call-overload]

@@ -11,6 +11,10 @@
 -- task no longer exists are archived (a warning names them); other foreign ones are left alone.
 -- A worker marked stopped, or silent for longer than the liveness rule's live_within, that claims
 -- is registered again (a claim proves it alive).
+-- Tasks of a paused step (pgflow.step_pauses) are not claimed: their messages are held out of
+-- sight for 60 s at a time and listed in pgflow.held_messages (resume_step shows them again at
+-- once), and a notice names them (JSON detail: held_message_ids), so a worker does not take them
+-- for foreign messages.
 create function pgflow.claim_tasks(
   flow_slug text,
   msg_ids bigint[],
@@ -38,6 +42,7 @@ declare
   v_orphans bigint[];
   v_stopped_at timestamptz;
   v_heartbeat_at timestamptz;
+  v_held bigint[];
 begin
   if queue_name is null then
     raise exception 'A claim needs the queue the messages were read from.' using errcode = '22004';
@@ -90,6 +95,32 @@ begin
   end if;
   perform pgflow.archive_completed_messages(v_queue);
 
+  -- GUARD: a paused step starts no task; what was read of it is held, using no attempt.
+  if exists (select 1 from pgflow.step_pauses as p where p.flow_slug = claim_tasks.flow_slug) then
+    with held as (
+      select t.message_id, t.step_slug
+      from pgflow.step_tasks as t
+      join pgflow.step_pauses as p on p.flow_slug = t.flow_slug and p.step_slug = t.step_slug
+      where t.queue_name = v_queue and t.message_id = any (claim_tasks.msg_ids)
+        and t.flow_slug = claim_tasks.flow_slug and t.status = 'queued'
+      order by t.run_id, t.step_slug, t.task_index
+      -- The pause is held too, so a resume cannot delete it before its messages are listed.
+      for update of t skip locked for key share of p
+    ),
+    listed as (
+      insert into pgflow.held_messages (queue_name, message_id, flow_slug, step_slug)
+      select v_queue, h.message_id, claim_tasks.flow_slug, h.step_slug from held as h
+      on conflict do nothing
+    )
+    select array_agg(h.message_id order by h.message_id) into v_held from held as h;
+    if v_held is not null then
+      perform pgflow.set_vt_batch(v_queue, v_held, array_fill(60, array[cardinality(v_held)]));
+      raise notice 'claim_tasks held % message(s) of paused steps in queue "%".',
+        cardinality(v_held), v_queue
+        using detail = jsonb_build_object('held_message_ids', to_jsonb(v_held))::text;
+    end if;
+  end if;
+
   -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
   -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
   with candidates as (
@@ -98,6 +129,10 @@ begin
     where t.queue_name = v_queue and t.message_id = any (claim_tasks.msg_ids)
       and t.flow_slug = claim_tasks.flow_slug and t.status = 'queued'
       and (claim_tasks.step_slug is null or t.step_slug = claim_tasks.step_slug)
+      and not exists (
+        select 1 from pgflow.step_pauses as p
+        where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug
+      )
     order by t.run_id, t.step_slug, t.task_index
     for update skip locked
   ),

@@ -1,0 +1,20 @@
+-- Pauses a step of a flow: from now on no task of it starts, in any run and in either queue mode
+-- (claims hold its messages, which use no attempt); tasks already started finish; the other steps
+-- go on. Pausing a paused step keeps its paused_at and takes the new reason. Returns the pause.
+create function pgflow.pause_step(flow_slug text, step_slug text, reason text default null)
+returns pgflow.step_pauses
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_pause pgflow.step_pauses;
+begin
+  perform pgflow._require_step(flow_slug, step_slug);
+  insert into pgflow.step_pauses (flow_slug, step_slug, reason)
+  values (pause_step.flow_slug, pause_step.step_slug, pause_step.reason)
+  on conflict on constraint step_pauses_pkey do update set reason = excluded.reason
+  returning * into v_pause;
+  return v_pause;
+end;
+$$;
