@@ -92,7 +92,11 @@ def handler_imports(modules: Sequence[str], taken: Iterable[str]) -> dict[str, s
     }
 
 
-def import_order(module: str) -> list[str | int]:
+#: A sort key of `natural`: text, and runs of digits as (leading zero?, value).
+NaturalKey = list[str | tuple[int, int | str]]
+
+
+def import_order(module: str) -> NaturalKey:
     """The order isort and ruff give `import` statements: ignoring case, numbers by value.
 
     >>> sorted(["STEP_QUEUED_FLOW", "handlers", "app.v10", "app.v2"], key=import_order)
@@ -140,10 +144,19 @@ def is_class_key(key: str) -> bool:
     )
 
 
-def natural(text: str) -> list[str | int]:
-    """A sort key with numbers compared by value (`a2` before `a10`), as ruff sorts."""
+def natural(text: str) -> NaturalKey:
+    """A sort key with numbers compared by value (`a2` before `a10`), as ruff sorts (the
+    `natord` order): a run of digits with a leading zero compares digit by digit from the left
+    (`a010` before `a02`), and before any run without one.
+
+    >>> sorted(["a10", "a2", "a02", "a010", "a0"], key=natural)
+    ['a0', 'a010', 'a02', 'a2', 'a10']
+    """
     parts = re.split(r"(\d+)", text)
-    return [int(part) if index % 2 else part for index, part in enumerate(parts)]
+    return [
+        ((0, part) if part.startswith("0") else (1, int(part))) if index % 2 else part
+        for index, part in enumerate(parts)
+    ]
 
 
 def flow_module(flow_slug: str) -> str:

@@ -503,7 +503,7 @@ def _isort_names(items: list[str]) -> list[str]:
     """The order ruff gives imported names and `__all__`: CONSTANTS, Classes, functions, each
     with numbers compared by value."""
 
-    def key(name: str) -> tuple[int, list[str | int]]:
+    def key(name: str) -> tuple[int, names.NaturalKey]:
         group = 0 if name.isupper() else 1 if name[0].isupper() else 2
         return (group, names.natural(name))
 
