@@ -196,3 +196,45 @@ def test_a_retry_whose_message_was_removed_is_a_final_failure(engine: Engine) ->
     engine.conn.execute("select pgmq.delete('gone', %s::bigint)", (task.msg_id,))
     assert engine.fail(task, "lost")["status"] == "failed"
     assert engine.run(run_id)["status"] == "failed"
+
+
+def test_a_permanent_failure_is_not_retried_whatever_attempts_are_left(engine: Engine) -> None:
+    engine.flow("retry", {"slug": "flaky"}, max_attempts=5)
+    run_id = engine.start("retry")
+    [task] = engine.poll("retry")
+    [row] = engine.call(
+        "fail_task",
+        task.run_id,
+        task.step_slug,
+        task.task_index,
+        "CardDeclined: no\nNot retried: the handler raised PermanentError.",
+        task.attempt,
+        permanent=True,
+    )
+    assert (row["status"], row["attempts_count"]) == ("failed", 1)
+    assert row["error_message"].endswith("Not retried: the handler raised PermanentError.")
+    assert engine.run(run_id)["status"] == "failed"
+    assert engine.poll("retry") == []
+
+
+def test_a_permanent_failure_of_a_step_that_may_be_skipped_skips_it(engine: Engine) -> None:
+    engine.flow(
+        "optional",
+        {"slug": "extra", "when_exhausted": "skip"},
+        {"slug": "after", "deps_slugs": ["extra"]},
+        max_attempts=3,
+    )
+    run_id = engine.start("optional")
+    [task] = engine.poll("optional")
+    engine.call("fail_task", task.run_id, task.step_slug, 0, "no", task.attempt, True)
+    assert engine.state(run_id, "extra")["skip_reason"] == "handler_failed"
+    [after] = engine.poll("optional")
+    assert after.step_slug == "after"
+
+
+def test_a_failure_that_is_not_permanent_is_retried_as_before(engine: Engine) -> None:
+    engine.flow("retry", {"slug": "flaky"}, max_attempts=2)
+    engine.start("retry")
+    [task] = engine.poll("retry")
+    [row] = engine.call("fail_task", task.run_id, "flaky", 0, "boom", task.attempt, False)
+    assert row["status"] == "queued"

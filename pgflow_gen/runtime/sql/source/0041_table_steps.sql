@@ -1,7 +1,10 @@
 -- Step definitions in step_index order (the topological order); queue_name is the step's route.
 -- Step slugs are unique ignoring case within a flow.
 -- Written by add_step and ensure_flow_compiled under the flow's advisory lock; only the opt_*
--- columns are ever updated (ensure_flow_compiled applies a verified shape's options).
+-- columns and payload_schema are ever updated (ensure_flow_compiled applies a verified shape's
+-- description). A signal step (engine 0011) runs no task: it waits for pgflow.send_signal, whose
+-- payload payload_schema checks; its opt_timeout is how long it waits (null: for ever), and its
+-- queue_name is reserved for it but no queue is created.
 create table pgflow.steps (
   flow_slug text not null references pgflow.flows (flow_slug),
   step_slug text not null,
@@ -18,11 +21,12 @@ create table pgflow.steps (
   when_unmet text not null default 'skip',
   when_exhausted text not null default 'fail',
   created_at timestamptz not null default now(),
+  payload_schema jsonb,
   primary key (flow_slug, step_slug),
   constraint steps_step_index_is_unique unique (flow_slug, step_index),
   constraint step_slug_is_valid check (pgflow.is_valid_slug(step_slug)),
   constraint step_index_is_nonnegative check (step_index >= 0),
-  constraint step_type_is_known check (step_type in ('single', 'map')),
+  constraint step_type_is_known check (step_type in ('single', 'map', 'signal')),
   constraint deps_count_is_nonnegative check (deps_count >= 0),
   constraint map_step_has_at_most_one_dependency check (step_type <> 'map' or deps_count <= 1),
   constraint queue_name_is_canonical check (
@@ -39,7 +43,10 @@ create table pgflow.steps (
     forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'
   ),
   constraint when_unmet_is_known check (when_unmet in ('fail', 'skip', 'skip-cascade')),
-  constraint when_exhausted_is_known check (when_exhausted in ('fail', 'skip', 'skip-cascade'))
+  constraint when_exhausted_is_known check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
+  constraint payload_schema_is_a_signal_schema check (
+    payload_schema is null or (step_type = 'signal' and jsonb_typeof(payload_schema) = 'object')
+  )
 );
 
 create unique index steps_flow_slug_lower_step_slug_idx on pgflow.steps (flow_slug, lower(step_slug));

@@ -16,5 +16,5 @@ create domain pgflow.task_status as text
 
 create domain pgflow.skip_reason as text
   constraint skip_reason_is_known check (
-    value in ('condition_unmet', 'handler_failed', 'dependency_skipped')
+    value in ('condition_unmet', 'handler_failed', 'dependency_skipped', 'signal_timed_out')
   );

@@ -2,6 +2,8 @@
 -- A cancelled run (pgflow.cancel_run) keeps when and why in cancelled_at and cancel_reason.
 -- idempotency_key names a run for its flow (pgflow.start_flow): a second start with the same key
 -- returns this run. The key lives as long as the run (pruning frees it).
+-- A failed run retried (pgflow.retry_run) is started again: retry_count counts the retries and
+-- retried_at is when the last one was.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -16,6 +18,8 @@ create table pgflow.runs (
   cancelled_at timestamptz,
   cancel_reason text,
   idempotency_key text,
+  retry_count int not null default 0,
+  retried_at timestamptz,
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 

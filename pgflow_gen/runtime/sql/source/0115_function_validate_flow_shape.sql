@@ -25,6 +25,12 @@ begin
       raise exception 'Invalid flow shape: "dependencies" of step "%" is not an array.', v_step ->> 'slug'
         using errcode = '22023';
     end if;
+    if v_step ? 'payloadSchema' and (jsonb_typeof(v_step -> 'payloadSchema') is distinct from 'object'
+      or v_step ->> 'stepType' is distinct from 'signal') then
+      raise exception 'Invalid flow shape: "payloadSchema" of step "%" must be a JSON Schema object of a signal step.',
+        v_step ->> 'slug'
+        using errcode = '22023';
+    end if;
     v_index := v_index + 1;
   end loop;
 

@@ -2,6 +2,7 @@
 -- after checking it. Idempotent: re-adding an identical step returns it, any difference is an
 -- error, and a persisted route is never changed. The caller holds the definition lock and has
 -- checked that the flow exists. Used by add_step and by the compilation of step-queued flows.
+-- A signal step (step_type 'signal') runs no task; its timeout is how long it waits.
 create function pgflow._insert_step(
   flow_slug text,
   step_slug text,
@@ -36,9 +37,9 @@ begin
       using errcode = '22023', detail = format('The slug is invalid: %s.', v_violation),
         hint = 'Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not ending with "_", for example "greetUser" or "greet_user".';
   end if;
-  if step_type is null or step_type not in ('single', 'map') then
+  if step_type is null or step_type not in ('single', 'map', 'signal') then
     raise exception 'Invalid step type "%" for step "%".', step_type, step_slug
-      using errcode = '22023', hint = 'Use "single" or "map".';
+      using errcode = '22023', hint = 'Use "single", "map" or "signal".';
   end if;
   if when_unmet is null or when_unmet not in ('fail', 'skip', 'skip-cascade') then
     raise exception 'Invalid when_unmet "%" for step "%".', when_unmet, step_slug

@@ -1,8 +1,9 @@
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
 -- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
--- tasks, or starts it (tasks + one message each). Skips and instant completions can ready more
--- steps, so it repeats until a pass changes nothing but starts. A run that started nothing may be
--- finished, so then it tries to complete it.
+-- tasks, or starts it (tasks + one message each). A signal step completes with the signal it
+-- received early, or starts waiting for one (no task, no message). Skips and instant completions
+-- can ready more steps, so it repeats until a pass changes nothing but starts. A run that started
+-- nothing may be finished, so then it tries to complete it.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -15,6 +16,7 @@ declare
   v_target jsonb;
   v_again boolean := true;
   v_started boolean := false;
+  v_payload jsonb;
 begin
   while v_again loop
     v_again := false;
@@ -57,6 +59,27 @@ begin
           end if;
           continue;
         end if;
+      end if;
+
+      -- A signal step runs no task: it takes a signal that came early at once, else it waits.
+      if v_step.step_type = 'signal' then
+        -- GUARD: a skip-cascade earlier in this pass may have closed the step already.
+        perform 1 from pgflow.step_states as ss
+        where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug and ss.status = 'created';
+        continue when not found;
+        update pgflow.signals as sg set used_at = clock_timestamp()
+        where sg.run_id = _advance_run.run_id and sg.step_slug = v_step.step_slug
+        returning sg.payload into v_payload;
+        if found then
+          perform pgflow._complete_step(run_id, v_step.step_slug, v_payload);
+          v_again := true;
+        else
+          update pgflow.step_states as ss
+          set status = 'started', started_at = clock_timestamp(), remaining_tasks = 1
+          where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug;
+          perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+        end if;
+        continue;
       end if;
 
       if v_step.initial_tasks is null then

@@ -61,7 +61,7 @@ begin
   insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks)
   select v_run_id, s.flow_slug, s.step_slug, s.deps_count,
     case
-      when s.step_type = 'single' then 1
+      when s.step_type in ('single', 'signal') then 1
       when s.deps_count = 0 then v_input_length
     end
   from pgflow.steps as s

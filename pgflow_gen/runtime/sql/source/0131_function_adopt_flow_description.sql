@@ -1,5 +1,6 @@
--- Adopts a shape's description (its "inputSchema" and its options; see pgflow.flow_descriptions)
--- for a flow, or keeps the stored one when the shape's is older. The rule: a description the
+-- Adopts a shape's description (its "inputSchema", its options and its signal steps'
+-- "payloadSchema"; see pgflow.flow_descriptions) for a flow, or keeps the stored one when the
+-- shape's is older. The rule: a description the
 -- database has never seen is newer and is adopted, and so is the current one again; one it has
 -- seen but is not the current one is older, and is kept out, unless the caller adopts it
 -- explicitly (a generated migration sets pgflow.adopt_description = on for its transaction) or
@@ -18,6 +19,10 @@ declare
     'options', shape -> 'options',
     'steps', (
       select coalesce(jsonb_agg(jsonb_build_object('slug', e.step ->> 'slug', 'options', e.step -> 'options')
+          -- Since engine 0011 a signal step's payload schema too (only when there is one, so
+          -- that the descriptions of flows without signals hash as before).
+          || case when e.step ? 'payloadSchema'
+            then jsonb_build_object('payloadSchema', e.step -> 'payloadSchema') else '{}' end
         order by e.ord), '[]'::jsonb)
       from jsonb_array_elements(shape -> 'steps') with ordinality as e (step, ord)
     )
@@ -49,6 +54,7 @@ begin
     on conflict on constraint flow_descriptions_pkey do update set adopted_at = excluded.adopted_at;
   end if;
   perform pgflow._store_input_schema(flow_slug, shape);
+  perform pgflow._store_payload_schemas(flow_slug, shape);
   return jsonb_build_object('kept', false, 'optionsUpdated', pgflow._apply_flow_options(flow_slug, shape));
 end;
 $$;

@@ -4,8 +4,11 @@
 -- Locks run, step state and task (in that order, in one statement), then PGMQ rows.
 -- Late callbacks change nothing, and so does a stale one (`attempt`, from claim_tasks, is not the
 -- task's current attempt): the task's row comes back unchanged, a stale one's attempts_count
--- differing from `attempt`.
-create function pgflow.fail_task(run_id uuid, step_slug text, task_index int, error_message text, attempt int)
+-- differing from `attempt`. A `permanent` failure (engine 0011) is not retried, whatever attempts
+-- are left: the worker says so in the error message, which is stored as it is.
+create function pgflow.fail_task(
+  run_id uuid, step_slug text, task_index int, error_message text, attempt int, permanent boolean default false
+)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
@@ -57,8 +60,10 @@ begin
   end if;
 
   -- A parked task's message is gone: it cannot be retried, so its failure is final. So is the
-  -- failure of a task whose message someone removed (nothing could deliver the retry).
-  if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null then
+  -- failure of a task whose message someone removed (nothing could deliver the retry), and a
+  -- permanent one (the handler said no retry can succeed).
+  if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null
+    and not coalesce(permanent, false) then
     select count(*) into v_delayed from pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_task.attempts_count)]);
     if v_delayed = 1 then

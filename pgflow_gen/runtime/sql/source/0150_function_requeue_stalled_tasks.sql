@@ -4,7 +4,8 @@
 -- (permanently_stalled_at) and its message archived. Skips locked tasks. Two statements: the
 -- first locks the candidates, the second re-checks them with a fresh snapshot, so a task claimed a
 -- moment ago by a worker that registered after the first statement began is left alone.
--- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages.
+-- Also archives the completed tasks' messages still waiting in pgflow.archivable_messages, and
+-- ends the signal steps whose wait ran out (_expire_signal_steps; not counted in the result).
 create function pgflow.requeue_stalled_tasks()
 returns int
 language plpgsql
@@ -25,6 +26,8 @@ begin
   -- Periodic maintenance is also where idle queues get their completed messages archived; first,
   -- before any task row is locked (the drain takes no task locks, so no order to invert).
   perform pgflow.archive_completed_messages();
+  -- And where signal steps stop waiting once their timeout has passed (engine 0011).
+  perform pgflow._expire_signal_steps();
 
   -- Lock the candidates (this statement's snapshot may predate a worker that claimed one since).
   select array_agg(x.run_id), array_agg(x.step_slug), array_agg(x.task_index)

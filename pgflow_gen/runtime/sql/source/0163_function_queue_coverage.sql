@@ -2,6 +2,7 @@
 -- workers registered on exactly that queue that are neither stopped nor deprecated and sent a
 -- heartbeat within `freshness` (default: the liveness rule's live_within, 15 s, three heartbeats).
 -- Several live instances are one covered route. A point-in-time check, run after a deployment.
+-- Signal steps are left out: they run no task, so no worker serves them.
 create function pgflow.queue_coverage(freshness interval default (pgflow.worker_liveness()).live_within)
 returns table (
   flow_slug text,
@@ -23,6 +24,7 @@ as $$
     and w.stopped_at is null
     and w.deprecated_at is null
     and w.last_heartbeat_at > now() - queue_coverage.freshness
+  where s.step_type <> 'signal'
   group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
   order by s.flow_slug, s.step_index
 $$;
