@@ -25,8 +25,10 @@ def step(
     base_delay: int | None = None,
     timeout: int | None = None,
     start_delay: int | None = None,
+    payload_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One step of the shape; options only when set (they are not compared)."""
+    """One step of the shape; options only when set (they are not compared), and a signal
+    step's payload schema (stored with the flow since engine 0011, not compared)."""
     options = {
         key: value
         for key, value in (
@@ -46,6 +48,7 @@ def step(
         "requiredInputPattern": pattern(required_input_pattern),
         "forbiddenInputPattern": pattern(forbidden_input_pattern),
         **({"options": options} if options else {}),
+        **({"payloadSchema": plain(payload_schema)} if payload_schema is not None else {}),
     }
 
 

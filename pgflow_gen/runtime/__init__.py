@@ -14,13 +14,18 @@ from pgflow_gen.naming import Route
 from pgflow_gen.runtime.client import (
     Client,
     FlowNotFoundError,
+    InvalidSignalPayloadError,
     Run,
     RunExistsError,
     RunFinishedError,
+    RunNotFailedError,
     RunNotFoundError,
+    SentSignal,
+    SignalRefusedError,
     StepFailure,
     StepNotFoundError,
     StepPause,
+    WaitingSignal,
 )
 from pgflow_gen.runtime.context import Context
 from pgflow_gen.runtime.embedding import Worker, run_worker
@@ -30,11 +35,13 @@ from pgflow_gen.runtime.flow import (
     FlowOptions,
     Json,
     MaybeAwaitable,
+    Signal,
     Step,
     StepOptions,
     StepQueuedFlow,
     with_step_queues,
 )
+from pgflow_gen.runtime.permanent import PermanentError
 from pgflow_gen.runtime.worker import handler_import_failed, run_main, start_worker
 from pgflow_gen.runtime.worker_config import WorkerSettings
 
@@ -45,13 +52,19 @@ __all__ = [
     "FlowNotFoundError",
     "FlowOptions",
     "InvalidRunInputError",
+    "InvalidSignalPayloadError",
     "Json",
     "MaybeAwaitable",
+    "PermanentError",
     "Route",
     "Run",
     "RunExistsError",
     "RunFinishedError",
+    "RunNotFailedError",
     "RunNotFoundError",
+    "SentSignal",
+    "Signal",
+    "SignalRefusedError",
     "Step",
     "StepFailure",
     "StepNotFoundError",
@@ -59,6 +72,7 @@ __all__ = [
     "StepPause",
     "StepQueuedFlow",
     "TypedDict",
+    "WaitingSignal",
     "Worker",
     "WorkerSettings",
     "handler_import_failed",

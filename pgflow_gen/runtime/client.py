@@ -35,11 +35,12 @@ from psycopg.types.json import Jsonb
 from pgflow_gen import shape as shapes
 from pgflow_gen.runtime import database, errors, inputs, queries
 from pgflow_gen.runtime.errors import InvalidRunInputError
-from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
+PayloadT = TypeVar("PayloadT")
 
 RunStatus = Literal["started", "completed", "failed", "cancelled"]
 
@@ -59,6 +60,27 @@ class RunFinishedError(errors.PgflowError):
     nothing changed."""
 
     code = "run_finished"
+
+
+class RunNotFailedError(errors.PgflowError):
+    """`retry_run` on a run that is not failed, or whose flow has gained a step since it
+    started: nothing changed."""
+
+    code = "run_not_failed"
+
+
+class SignalRefusedError(errors.PgflowError):
+    """`send_signal` to a run that is not started, a step that finished or stopped waiting,
+    or a step that has its signal already: nothing changed."""
+
+    code = "signal_refused"
+
+
+class InvalidSignalPayloadError(errors.PgflowError):
+    """`send_signal` with a payload that does not match the signal step's payload schema (the
+    detail names the place): nothing changed."""
+
+    code = "invalid_signal_payload"
 
 
 class RunExistsError(errors.PgflowError):
@@ -117,6 +139,27 @@ class StepFailure:
 
 
 @dataclass(frozen=True)
+class SentSignal:
+    """A signal the engine took (`Client.send_signal`): `used_at` is when its step took it as
+    its output, None while the step is not ready yet (it takes it the moment it is)."""
+
+    run_id: uuid.UUID
+    step_slug: str
+    payload: Any
+    received_at: datetime.datetime
+    used_at: datetime.datetime | None
+
+
+@dataclass(frozen=True)
+class WaitingSignal:
+    """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
+
+    step_slug: str
+    waiting_since: datetime.datetime
+    deadline: datetime.datetime | None
+
+
+@dataclass(frozen=True)
 class UnservedStep:
     """A step of a run with queued tasks and no live worker on its queue."""
 
@@ -143,6 +186,9 @@ class Run(Generic[OutputT]):
     cancel_reason: str | None = None
     #: The key it was started with (`start_flow(..., idempotency_key=...)`), if any.
     idempotency_key: str | None = None
+    #: How often it was retried (`retry_run`), and when last.
+    retry_count: int = 0
+    retried_at: datetime.datetime | None = None
     #: For a failed run: which step failed and why (None otherwise).
     failure: StepFailure | None = None
 
@@ -179,6 +225,17 @@ class Run(Generic[OutputT]):
                     remaining = min(remaining, 1.0)
                 for _event in conn.notifies(timeout=remaining, stop_after=1):
                     pass
+
+    def waiting_signals(
+        self, *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[WaitingSignal]:
+        """The signal steps of this run that wait for their signal now, in step order (the run
+        goes on at each once `Client.send_signal` gives it its payload)."""
+        if conn is None:
+            with self.client.connection() as pooled:
+                return self.waiting_signals(conn=pooled)
+        with conn.cursor(row_factory=class_row(WaitingSignal)) as cur:
+            return cur.execute(queries.WAITING_SIGNALS, (self.run_id,)).fetchall()
 
     def unserved_steps(
         self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
@@ -363,6 +420,56 @@ class Client:
                 raise engine_error(exc) from exc
             return self.read_run(conn, run_id)
 
+    def retry_run(self, run_id: uuid.UUID) -> Run[Any]:
+        """Retry a failed run from where it failed and return it (status `started`): its failed
+        and unfinished tasks run again with fresh attempts, completed steps keep their outputs
+        and do not run again (in a map, only the failed and unfinished elements run).
+
+        Raises RunNotFoundError, RunNotFailedError when it is not failed or its flow has changed
+        since (nothing changed), DatabaseError for anything else the database refuses (an
+        engine before 0011).
+        """
+        with self.connection() as conn:
+            try:
+                conn.execute(queries.RETRY_RUN, (run_id,))
+            except psycopg.Error as exc:
+                raise engine_error(exc, refused=RunNotFailedError) from exc
+            return self.read_run(conn, run_id)
+
+    @overload
+    def send_signal(
+        self, run_id: uuid.UUID, signal: Signal[PayloadT], payload: PayloadT
+    ) -> SentSignal: ...
+
+    @overload
+    def send_signal(self, run_id: uuid.UUID, signal: str, payload: Any) -> SentSignal: ...
+
+    def send_signal(self, run_id: uuid.UUID, signal: Signal[Any] | str, payload: Any) -> SentSignal:
+        """Give a signal step of a run its payload, which becomes the step's output: a step that
+        waits completes now and the run goes on; a step that is not ready yet keeps the signal
+        until it is. `signal` is the generated `FLOW.signals.<step>` (mypy checks the payload's
+        type) or a step slug.
+
+        Raises RunNotFoundError, StepNotFoundError (no such signal step),
+        InvalidSignalPayloadError (the engine checks the step's payload schema),
+        SignalRefusedError (the run is not started, the step finished or stopped waiting, or
+        has its signal already); nothing changed then.
+        """
+        step_slug = signal if isinstance(signal, str) else signal.step_slug
+        with self.connection() as conn, conn.cursor(row_factory=class_row(SentSignal)) as cur:
+            try:
+                row = cur.execute(
+                    queries.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload))
+                ).fetchone()
+            except (TypeError, ValueError) as exc:  # not JSON: nothing was sent
+                raise InvalidSignalPayloadError(
+                    f'The payload of signal "{step_slug}" is not JSON-serialisable: {exc}.'
+                ) from exc
+            except psycopg.Error as exc:
+                raise _signal_error(exc) from exc
+        assert row is not None  # send_signal returns its row or raises
+        return row
+
     def pause_step(
         self,
         flow: Flow[StepSlugT, Any, Any] | StepQueuedFlow[StepSlugT, Any, Any],
@@ -420,12 +527,38 @@ def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailur
         return cur.execute(queries.READ_FAILURE, (run_id,)).fetchone()
 
 
-def engine_error(exc: psycopg.Error) -> errors.PgflowError:
-    """The typed error for what the engine refused, keeping its message, detail and hint."""
+def _signal_error(exc: psycopg.Error) -> errors.PgflowError:
+    """The typed error for a signal the engine refused."""
+    diag = exc.diag
+    if isinstance(
+        exc, psycopg.errors.UniqueViolation | psycopg.errors.ObjectNotInPrerequisiteState
+    ):
+        kind: type[errors.PgflowError] = SignalRefusedError
+    elif (
+        isinstance(exc, psycopg.errors.InvalidParameterValue)
+        and diag.message_detail
+        and ("has no signal step" in (diag.message_primary or ""))
+    ):
+        kind = StepNotFoundError
+    elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
+        kind = InvalidSignalPayloadError
+    else:
+        return engine_error(exc)
+    return kind(diag.message_primary or str(exc).strip(), detail=diag.message_detail,
+                hint=diag.message_hint)  # fmt: skip
+
+
+def engine_error(
+    exc: psycopg.Error, *, refused: type[errors.PgflowError] = RunFinishedError
+) -> errors.PgflowError:
+    """The typed error for what the engine refused, keeping its message, detail and hint;
+    `refused` for a run in the wrong state for the call."""
     diag = exc.diag
     message = diag.message_primary or str(exc).strip()
     kind: type[errors.PgflowError] = errors.DatabaseError
-    if isinstance(exc, psycopg.errors.NoDataFound) and " has no step " in message:
+    if isinstance(exc, psycopg.errors.NoDataFound) and (
+        " has no step " in message or " has no signal step " in message
+    ):
         kind = StepNotFoundError
     elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
         kind = FlowNotFoundError
@@ -434,7 +567,7 @@ def engine_error(exc: psycopg.Error) -> errors.PgflowError:
     elif isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and message.startswith(
         "Run "
     ):
-        kind = RunFinishedError
+        kind = refused
     elif isinstance(exc, psycopg.errors.UndefinedFunction) and "pgflow." in message:
         return errors.DatabaseError(
             "The database's pgflow engine is too old for this call.",

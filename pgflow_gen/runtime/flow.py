@@ -15,9 +15,9 @@ import json
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, cast
 
-from typing_extensions import TypeAliasType
+from typing_extensions import TypeAliasType, TypeVar
 
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
@@ -25,13 +25,17 @@ from pgflow_gen import shape as shapes
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
+#: The generated `Signals` of a flow with signal steps (`FLOW.signals.approval`); a flow without
+#: them has `object`. Covariant, so every flow is a `Flow[S, I, O]`.
+SignalsT = TypeVar("SignalsT", covariant=True, default=object)
+PayloadT = TypeVar("PayloadT")
 
 #: Any JSON value. A TypeAliasType, so pydantic can validate it too (it is recursive).
 Json = TypeAliasType("Json", "dict[str, Json] | list[Json] | str | int | float | bool | None")
 _T = TypeVar("_T")
 #: What a handler returns: its output, or an awaitable of it (sync and async handlers alike).
 MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
-StepType = Literal["single", "map"]
+StepType = Literal["single", "map", "signal"]
 SkipMode = Literal["skip", "skip-cascade", "fail"]
 
 
@@ -49,14 +53,28 @@ class FlowOptions:
     max_attempts: int = 3
     base_delay: int = 5
     timeout: int = 60
+    #: Exceptions that fail a task at once, whatever attempts are left: builtin names
+    #: (`ValueError`) or import paths (`app.errors:Declined`); a step's own list replaces it.
+    retry_not_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class StepOptions:
     max_attempts: int | None = None
     base_delay: int | None = None
+    #: A signal step's timeout is how long it waits for its signal (None: for ever).
     timeout: int | None = None
     start_delay: int | None = None
+    #: None: the flow's `retry_not_on`.
+    retry_not_on: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Signal(Generic[PayloadT]):
+    """A signal step of a flow, typed by its payload: what `Client.send_signal` takes, from the
+    generated module (`FLOW.signals.approval`)."""
+
+    step_slug: str
 
 
 @dataclass(frozen=True)
@@ -74,10 +92,18 @@ class Step:
     #: The JSON Schema of what the handler returns (for a map step: of one task's output), from
     #: the spec's `output`; workers check every output against it. None: any JSON. Not compiled.
     output_schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: A signal step's payload JSON Schema (its output): stored with the flow, the engine checks
+    #: every signal against it. None: any JSON.
+    payload_schema: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dependencies", tuple(self.dependencies))
-        for name in ("required_input_pattern", "forbidden_input_pattern", "output_schema"):
+        for name in (
+            "required_input_pattern",
+            "forbidden_input_pattern",
+            "output_schema",
+            "payload_schema",
+        ):
             pattern = getattr(self, name)
             if pattern is not None:
                 object.__setattr__(self, name, _frozen(pattern))
@@ -96,14 +122,23 @@ class Step:
             base_delay=self.options.base_delay,
             timeout=self.options.timeout,
             start_delay=self.options.start_delay,
+            # Always for a signal step ({}: any JSON), so that a schema removed from the spec
+            # is removed from the database too.
+            payload_schema=(self.payload_schema or {}) if self.is_signal else None,
         )
+
+    @property
+    def is_signal(self) -> bool:
+        """A signal step runs no task: no handler, no worker, no queue."""
+        return self.step_type == "signal"
 
 
 @dataclass(frozen=True)
-class Flow(Generic[StepSlugT, InputT, OutputT]):
+class Flow(Generic[StepSlugT, InputT, OutputT, SignalsT]):
     """A concrete flow: slug, options and steps in topological order.
 
-    `StepSlugT` is the Literal union of its step slugs, `InputT` and `OutputT` its run types.
+    `StepSlugT` is the Literal union of its step slugs, `InputT` and `OutputT` its run types,
+    `SignalsT` its generated `Signals` (`signals`), when it has signal steps.
     """
 
     slug: str
@@ -114,6 +149,8 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
     #: The input's JSON Schema as the spec declares it: stored with the flow when it is compiled,
     #: so `pgflow-gen start` can check inputs too; read-only.
     input_schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: Its signal steps, typed by their payloads (the generated `Signals()`).
+    signals: SignalsT = field(default=cast(Any, None), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -125,6 +162,18 @@ class Flow(Generic[StepSlugT, InputT, OutputT]):
     @property
     def step_order(self) -> tuple[str, ...]:
         return tuple(step.slug for step in self.steps)
+
+    @property
+    def handled_steps(self) -> tuple[str, ...]:
+        """The steps that run tasks, in step order: every step but the signal steps."""
+        return tuple(step.slug for step in self.steps if not step.is_signal)
+
+    def step(self, slug: str) -> Step:
+        """The step of that slug; KeyError when there is none."""
+        for step in self.steps:
+            if step.slug == slug:
+                return step
+        raise KeyError(slug)
 
     def shape(self) -> dict[str, Any]:
         """The complete shape for `pgflow.ensure_flow_compiled` (options included, not compared)."""

@@ -57,6 +57,11 @@ COMPLETE_TASK: Final[LiteralString] = (
 FAIL_TASK: Final[LiteralString] = (
     "select attempts_count, status from pgflow.fail_task(%s, %s, %s, %s, %s)"
 )
+#: (run id, step, task index, error, attempt, why it is not retried) -> the task's
+#: (attempts_count, status): a permanent failure, never retried (engine 0011).
+FAIL_TASK_PERMANENTLY: Final[LiteralString] = (
+    "select attempts_count, status from pgflow.fail_task(%s, %s, %s, %s, %s, %s)"
+)
 #: Arrays of (run ids, steps, task indexes, outputs, attempts) -> a row per task, in order.
 COMPLETE_TASKS: Final[LiteralString] = (
     "select attempts_count, status from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])"
@@ -114,8 +119,25 @@ READ_RUN: Final[LiteralString] = (
     # Through to_jsonb: an engine before 0010 has no such columns (a client upgraded first).
     " (to_jsonb(r) ->> 'cancelled_at')::timestamptz as cancelled_at,"
     " to_jsonb(r) ->> 'cancel_reason' as cancel_reason,"
-    " to_jsonb(r) ->> 'idempotency_key' as idempotency_key"
+    " to_jsonb(r) ->> 'idempotency_key' as idempotency_key,"
+    " coalesce((to_jsonb(r) ->> 'retry_count')::int, 0) as retry_count,"
+    " (to_jsonb(r) ->> 'retried_at')::timestamptz as retried_at"
     " from pgflow.runs as r where run_id = %s"
+)
+#: (run id) -> the run retried (engine 0011).
+RETRY_RUN: Final[LiteralString] = "select run_id from pgflow.retry_run(%s)"
+#: (run id, step, payload) -> the signal as received (`SentSignal`; engine 0011).
+SEND_SIGNAL: Final[LiteralString] = (
+    "select run_id, step_slug, payload, received_at, used_at from pgflow.send_signal(%s, %s, %s)"
+)
+#: (run id) -> its signal steps that wait for their signal now (`WaitingSignal`), in step order.
+WAITING_SIGNALS: Final[LiteralString] = (
+    "select ss.step_slug, ss.started_at as waiting_since,"
+    " ss.started_at + make_interval(secs => s.opt_timeout) as deadline"
+    " from pgflow.step_states as ss"
+    " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
+    " where ss.run_id = %s and s.step_type = 'signal' and ss.status = 'started'"
+    " order by s.step_index"
 )
 #: (flow, step, reason) -> the step's pause (engine 0010).
 PAUSE_STEP: Final[LiteralString] = (

@@ -48,7 +48,7 @@ async def send_reports(session: Session, reports: list[Report], log: logging.Log
             if report.error is None:
                 row = await session.complete_task(report.task, report.output)
             else:
-                row = await session.fail_task(report.task, report.error)
+                row = await session.fail_task(report.task, report.error, report.not_retried)
         except psycopg.Error as exc:
             if classify(session, exc) is not Kind.REFUSED:
                 raise
@@ -84,9 +84,10 @@ def _refused(report: Report, reason: str) -> Report | None:
         return Report(task, error=f"The engine refused the handler's output: {reason}")
     storable = storable_text(report.error)
     if storable != report.error:
-        return Report(task, error=storable)
+        return Report(task, error=storable, not_retried=report.not_retried)
     if not report.error.startswith(UNSTORABLE_ERROR):
-        return Report(task, error=f"{UNSTORABLE_ERROR}: {storable_text(reason)}")
+        error = f"{UNSTORABLE_ERROR}: {storable_text(reason)}"
+        return Report(task, error=error, not_retried=report.not_retried)
     return None
 
 

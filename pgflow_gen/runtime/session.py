@@ -86,7 +86,13 @@ class Session(Protocol):
 
     # results
     async def complete_task(self, task: ClaimedTask, output: Any) -> TaskRow: ...
-    async def fail_task(self, task: ClaimedTask, error: str) -> TaskRow: ...
+    async def fail_task(
+        self, task: ClaimedTask, error: str, not_retried: str | None = None
+    ) -> TaskRow:
+        """Fail the task's attempt; with `not_retried` (why) permanently, whatever attempts
+        are left (on an engine before 0011, which cannot, as an ordinary failure)."""
+        ...
+
     async def complete_tasks(
         self, tasks: list[ClaimedTask], outputs: list[Any]
     ) -> list[TaskRow]: ...
@@ -126,6 +132,7 @@ class PsycopgSession:
         self.conn = conn
         self._archived: list[int] = []
         self._held: list[int] = []
+        self._permanent_failures = True  # until the engine says it has no such call
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -232,8 +239,17 @@ class PsycopgSession:
         key = (task.run_id, task.step_slug, task.task_index)
         return await self._row(queries.COMPLETE_TASK, (*key, Jsonb(output), task.attempt))
 
-    async def fail_task(self, task: ClaimedTask, error: str) -> TaskRow:
+    async def fail_task(
+        self, task: ClaimedTask, error: str, not_retried: str | None = None
+    ) -> TaskRow:
         key = (task.run_id, task.step_slug, task.task_index)
+        if not_retried is not None and self._permanent_failures:
+            try:
+                return await self._row(
+                    queries.FAIL_TASK_PERMANENTLY, (*key, error, task.attempt, not_retried)
+                )
+            except psycopg.errors.UndefinedFunction:
+                self._permanent_failures = False  # an engine before 0011 retries every failure
         return await self._row(queries.FAIL_TASK, (*key, error, task.attempt))
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:

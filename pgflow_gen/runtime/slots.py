@@ -9,11 +9,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pgflow_gen.runtime import startup
+from pgflow_gen.runtime import permanent, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.task_runner import (
     ClaimedTask,
@@ -41,8 +41,10 @@ class Slots:
         prepare_threshold: int | None,
         logger: logging.Logger,
         check_outputs: bool = True,
+        not_on: Mapping[str, Sequence[permanent.NotRetried]] | None = None,
     ) -> None:
-        """`check_outputs` checks each output against its step's output type (off: any JSON)."""
+        """`check_outputs` checks each output against its step's output type (off: any JSON);
+        `not_on` names for each step the exception classes that fail its tasks at once."""
         self.max_concurrent = max_concurrent
         self.handlers = handlers
         self.worker_id = worker_id
@@ -52,6 +54,7 @@ class Slots:
         self.log = logger
         self.roots = startup.takes_run_input(flow)
         self.output_checks = startup.output_checks(flow) if check_outputs else {}
+        self.not_on = not_on or {}
         #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
         self.shutdown = threading.Event()
         #: Set by a second stop signal: the drain ends now, and the worker said so already.
@@ -111,6 +114,7 @@ class Slots:
                 on_abandoned=self._thread_abandoned,
                 check_output=self.output_checks.get(task.step_slug),
                 cancellation=cancellation,
+                not_on=self.not_on.get(task.step_slug, ()),
             )
         )
         self.inflight[running] = task

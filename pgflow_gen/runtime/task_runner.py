@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import TracebackType
@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.runtime import errors
+from pgflow_gen.runtime import errors, permanent
 from pgflow_gen.runtime.context import Context, _Lazy
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 
@@ -58,14 +58,17 @@ class Report:
     """A finished handler: `error` is None for success (then `output` completes the task).
 
     A failure's `error` opens with one line, the exception's type and message (`summary`), and
-    may go on with the traceback of the handler's code. A `discarded` report says why nothing
-    is sent (the task's run was cancelled: the engine has closed the task already).
+    may go on with the traceback of the handler's code. A failure with `not_retried` (why) is
+    permanent: the engine fails the task at once, whatever attempts are left. A `discarded`
+    report says why nothing is sent (the task's run was cancelled: the engine has closed the
+    task already).
     """
 
     task: ClaimedTask
     output: Any = None
     error: str | None = None
     discarded: str | None = None
+    not_retried: str | None = None
 
     @property
     def summary(self) -> str | None:
@@ -109,9 +112,13 @@ async def run_task(
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None = None,
     check_output: Callable[[Any], list[str]] | None = None,
     cancellation: RunCancellation | None = None,
+    not_on: Sequence[permanent.NotRetried] = (),
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error), except
     the cancellation of a worker that stops past its grace period.
+
+    A handler's PermanentError, or an exception of a class in `not_on` (the step's
+    `retry.not_on`), makes a permanent failure: the report says why it is `not_retried`.
 
     `check_output` names what is wrong with an output for the step's output type (`$.total:
     expected number, got string`); an output it finds fault with fails the attempt with an
@@ -140,6 +147,7 @@ async def run_task(
             on_abandoned=on_abandoned,
             check_output=check_output,
             cancellation=cancellation or RunCancellation(),
+            not_on=not_on,
         )
     except Exception as exc:  # the machinery around the handler failed: still a report
         logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
@@ -161,6 +169,7 @@ async def _run_task(
     on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
     check_output: Callable[[Any], list[str]] | None,
     cancellation: RunCancellation,
+    not_on: Sequence[permanent.NotRetried],
 ) -> Report:
     options: dict[str, Any] = {
         "autocommit": True,
@@ -232,7 +241,7 @@ async def _run_task(
         # The handler itself was cancelled (say, a future it awaited): that is its failure.
         return Report(task, error="CancelledError: the handler was cancelled")
     except (Exception, SystemExit) as exc:  # a handler's failure is the task's failure
-        return Report(task, error=describe_failure(exc))
+        return Report(task, error=describe_failure(exc), not_retried=permanent.reason(exc, not_on))
     finally:
         stopped.cancel()  # no-op once done; a pending one is never awaited again
         if abandoned is not None:

@@ -26,6 +26,7 @@ from typing_extensions import Unpack
 
 from pgflow_gen import naming
 from pgflow_gen.runtime import database, errors, worker_config
+from pgflow_gen.runtime.assignment import not_retried
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.worker_config import SettingKeywords, WorkerSettings
 from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, WorkerLoop
@@ -275,7 +276,7 @@ def assignment_for(
 ) -> Assignment:
     """Check what a worker is asked to serve (no I/O) and describe it; raises ConfigError."""
     if isinstance(flow, StepQueuedFlow):
-        valid = ", ".join(f'"{r.step_slug}"' for r in flow.routes)
+        valid = ", ".join(f'"{slug}"' for slug in flow.flow.handled_steps)
         if handlers is not None:
             raise errors.ConfigError(
                 f'A worker of step-queued flow "{flow.slug}" runs one step: pass step_slug and'
@@ -289,6 +290,13 @@ def assignment_for(
                 detail="A step-queued flow runs one worker process per step.",
                 hint=f"Valid step slugs: {valid}.",
             )
+        if flow.flow.step(step_slug).is_signal:
+            raise errors.ConfigError(
+                f'Step "{step_slug}" of flow "{flow.slug}" is a signal step: it runs no task, so'
+                " no worker serves it.",
+                detail="A signal step waits for Client.send_signal (or `pgflow-gen signal`).",
+                hint=f"Steps with workers: {valid}.",
+            )
         if not callable(handler):
             raise errors.ConfigError(f'The handler of step "{step_slug}" is not callable.')
         route = flow.route(step_slug)
@@ -299,6 +307,7 @@ def assignment_for(
             step_slug=step_slug,
             handlers={step_slug: handler},
             route_map=tuple(flow.route_map()),
+            not_on=not_retried(flow.flow, [step_slug]),
         )
     if not isinstance(flow, Flow):
         raise errors.ConfigError(
@@ -319,17 +328,21 @@ def _plain_assignment(
     flow: Flow[Any, Any, Any], handlers: Mapping[str, object] | None
 ) -> Assignment:
     given = dict(handlers or {})
-    missing = [slug for slug in flow.step_order if slug not in given]
-    unknown = sorted(set(given) - set(flow.step_order))
+    handled = flow.handled_steps  # a signal step has no handler
+    missing = [slug for slug in handled if slug not in given]
+    unknown = sorted(set(given) - set(handled))
     if missing or unknown:
         problems = []
         if missing:
             problems.append("missing " + ", ".join(f'"{s}"' for s in missing))
         if unknown:
+            signals = [s for s in unknown if s in flow.step_order]
             problems.append("unknown " + ", ".join(f'"{s}"' for s in unknown))
+            if signals:
+                problems[-1] += " (" + ", ".join(f'"{s}"' for s in signals) + " signal step)"
         raise errors.ConfigError(
             f'The handlers of flow "{flow.slug}" do not match its steps: {"; ".join(problems)}.',
-            hint="Valid step slugs: " + ", ".join(f'"{s}"' for s in flow.step_order) + ".",
+            hint="Steps with handlers: " + ", ".join(f'"{s}"' for s in handled) + ".",
         )
     not_callable = [slug for slug, fn in given.items() if not callable(fn)]
     if not_callable:
@@ -342,6 +355,7 @@ def _plain_assignment(
         step_slug=None,
         handlers={slug: fn for slug, fn in given.items() if callable(fn)},
         route_map=tuple(naming.route_map(routes)),
+        not_on=not_retried(flow, handled),
     )
 
 

@@ -96,6 +96,7 @@ class WorkerLoop:
             prepare_threshold=prepare,
             logger=logger,
             check_outputs=settings.check_outputs,
+            not_on=assignment.not_on,
         )
         self._draining = False
         self._deadline = 0.0

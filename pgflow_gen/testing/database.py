@@ -41,6 +41,7 @@ class FlowDatabase:
         input: InputT,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -52,6 +53,7 @@ class FlowDatabase:
         input: InputT,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[OutputT]: ...
 
     def run_flow(
@@ -62,6 +64,7 @@ class FlowDatabase:
         input: Any,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[Any]:
         """Run `flow` with `input` to its end in this process, through the real engine, and
         return the finished run (`status`, `output`, and for a failed run `failure`).
@@ -72,8 +75,9 @@ class FlowDatabase:
         flow's generated `Handlers` TypedDict and mypy checks each one. Raises ConfigError
         (handlers do not match the steps), InvalidRunInputError (no run started),
         RunStuckError, or TimeoutError after `timeout` seconds. `settings` (a `WorkerSettings`)
-        turn off the output check as for workers (`check_outputs=False`). In an async test, await
-        `run_flow_async` instead.
+        turn off the output check as for workers (`check_outputs=False`). `signals` maps each
+        signal step to its payload, sent as the run starts (its step takes it when ready). In an
+        async test, await `run_flow_async` instead.
         """
         try:
             asyncio.get_running_loop()
@@ -86,7 +90,13 @@ class FlowDatabase:
             )
         return asyncio.run(
             runner.run_flow_async(
-                self.url, flow, handlers=handlers, input=input, timeout=timeout, settings=settings
+                self.url,
+                flow,
+                handlers=handlers,
+                input=input,
+                timeout=timeout,
+                settings=settings,
+                signals=signals,
             )
         )
 
@@ -99,6 +109,7 @@ class FlowDatabase:
         input: InputT,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -110,6 +121,7 @@ class FlowDatabase:
         input: InputT,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[OutputT]: ...
 
     async def run_flow_async(
@@ -120,8 +132,15 @@ class FlowDatabase:
         input: Any,
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
+        signals: Mapping[str, Any] | None = None,
     ) -> Run[Any]:
         """`run_flow` for async tests: the same run, awaited on the test's event loop."""
         return await runner.run_flow_async(
-            self.url, flow, handlers=handlers, input=input, timeout=timeout, settings=settings
+            self.url,
+            flow,
+            handlers=handlers,
+            input=input,
+            timeout=timeout,
+            settings=settings,
+            signals=signals,
         )

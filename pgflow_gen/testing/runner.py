@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from pgflow_gen import naming
 from pgflow_gen.runtime import errors, queries, startup, worker_config
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+from pgflow_gen.runtime.permanent import NotRetried
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import PsycopgSession
 from pgflow_gen.runtime.task_runner import Handler, run_task
@@ -61,14 +62,19 @@ async def run_flow_async(
     input: Any,
     timeout: float = 60.0,
     settings: WorkerSettings | None = None,
+    signals: Mapping[str, Any] | None = None,
 ) -> Run[Any]:
     """Run `flow` with `input` to its end in this process and return the finished run.
 
-    `handlers` maps every step slug to its handler (the generated `Handlers` TypedDict).
-    `settings` are a worker's; the ones that apply to tasks run here are `check_outputs` and
-    `read_visibility` (tasks run one at a time, with no polling).
+    `handlers` maps every step slug to its handler (the generated `Handlers` TypedDict; a
+    signal step has none). `signals` maps signal steps to their payloads: each is sent as the
+    run starts, and its step takes it when it is ready. `settings` are a worker's; the ones
+    that apply to tasks run here are `check_outputs` and `read_visibility` (tasks run one at a
+    time, with no polling).
     Raises ConfigError for handlers that do not match the steps, InvalidRunInputError for a
-    wrong input (no run started), RunStuckError, or TimeoutError after `timeout` seconds.
+    wrong input (no run started), StepNotFoundError or InvalidSignalPayloadError for a wrong
+    signal, RunStuckError (a signal step waits for a signal not given), or TimeoutError after
+    `timeout` seconds.
     """
     plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
     settings = worker_config.settings(settings, {})
@@ -77,7 +83,12 @@ async def run_flow_async(
     if isinstance(flow, StepQueuedFlow):
         mode: naming.QueueMode = "step"
         route_map = list(flow.route_map())
-        queues = [_Queue(r.queue_name, r.step_slug, uuid.uuid4()) for r in flow.routes]
+        handled = set(plain.handled_steps)  # a signal step has no queue
+        queues = [
+            _Queue(r.queue_name, r.step_slug, uuid.uuid4())
+            for r in flow.routes
+            if r.step_slug in handled
+        ]
     else:
         mode, route_map = "flow", list(checked.route_map)
         queues = [_Queue(checked.queue_name, None, uuid.uuid4())]
@@ -92,9 +103,12 @@ async def run_flow_async(
             )
         with Client(database_url, pool_size=1) as client:
             started = await asyncio.to_thread(client.start_flow, plain, input)
+            for step_slug, payload in (signals or {}).items():
+                await asyncio.to_thread(client.send_signal, started.run_id, step_slug, payload)
             runner = _Runner(
                 session, database_url, plain, checked.handlers, started.run_id, settings
             )
+            runner.not_on = checked.not_on
             try:
                 await runner.run_to_end(queues, deadline)
             finally:
@@ -122,6 +136,7 @@ class _Runner:
         self.run_id = run_id
         self.roots = startup.takes_run_input(flow)
         self.output_checks = startup.output_checks(flow) if settings.check_outputs else {}
+        self.not_on: Mapping[str, Sequence[NotRetried]] = {}
         self.read_visibility = settings.read_visibility
         # Tasks run one at a time; more threads only so that a sync handler abandoned at its
         # timeout (its thread cannot be stopped) does not hold up the next task.
@@ -143,6 +158,13 @@ class _Runner:
                 hurried = False
                 continue
             if hurried or not await self._hurry(queues):
+                waiting = await self._waiting_signals()
+                if waiting:
+                    raise RunStuckError(
+                        f"Run {self.run_id} of flow {self.flow.slug} waits for the signal of"
+                        f" step(s) {waiting}, which run_flow was not given.",
+                        hint=f"Pass signals={{...}} to run_flow with a payload for {waiting}.",
+                    )
                 raise RunStuckError(
                     f"Run {self.run_id} of flow {self.flow.slug} is started, but none of its"
                     " tasks is queued.",
@@ -174,6 +196,7 @@ class _Runner:
                 database_url=self.url,
                 root=task.step_slug in self.roots,
                 check_output=self.output_checks.get(task.step_slug),
+                not_on=self.not_on.get(task.step_slug, ()),
             )
             if report.error is not None:
                 log.info(
@@ -199,6 +222,10 @@ class _Runner:
             )
             hurried += cursor.rowcount
         return hurried > 0
+
+    async def _waiting_signals(self) -> str:
+        cursor = await self.conn.execute(queries.WAITING_SIGNALS, (self.run_id,))
+        return ", ".join(f'"{row[0]}"' for row in await cursor.fetchall())
 
     async def _step_states(self) -> str:
         cursor = await self.conn.execute(queries.STEP_STATES, (self.run_id,))

@@ -181,7 +181,9 @@ class FakeSession:
             await self.engine.results_gate.wait()
         return self._finish(task, output)
 
-    async def fail_task(self, task: ClaimedTask, error: str) -> TaskRow:
+    async def fail_task(
+        self, task: ClaimedTask, error: str, not_retried: str | None = None
+    ) -> TaskRow:
         self._call()
         return self._finish(task, error)
 

@@ -207,12 +207,17 @@ def test_a_permanent_failure_is_not_retried_whatever_attempts_are_left(engine: E
         task.run_id,
         task.step_slug,
         task.task_index,
-        "CardDeclined: no\nNot retried: the handler raised PermanentError.",
+        "CardDeclined: no\n\nTraceback (most recent call last): ...",
         task.attempt,
-        permanent=True,
+        permanent_reason="the handler raised CardDeclined, a PermanentError",
     )
     assert (row["status"], row["attempts_count"]) == ("failed", 1)
-    assert row["error_message"].endswith("Not retried: the handler raised PermanentError.")
+    assert row["error_message"] == (
+        "CardDeclined: no\n"
+        "Not retried (attempt 1 of 5): the handler raised CardDeclined, a PermanentError\n"
+        "\nTraceback (most recent call last): ..."
+    )
+    assert engine.state(run_id, "flaky")["error_message"] == row["error_message"]
     assert engine.run(run_id)["status"] == "failed"
     assert engine.poll("retry") == []
 
@@ -226,15 +231,19 @@ def test_a_permanent_failure_of_a_step_that_may_be_skipped_skips_it(engine: Engi
     )
     run_id = engine.start("optional")
     [task] = engine.poll("optional")
-    engine.call("fail_task", task.run_id, task.step_slug, 0, "no", task.attempt, True)
-    assert engine.state(run_id, "extra")["skip_reason"] == "handler_failed"
+    engine.call("fail_task", task.run_id, task.step_slug, 0, "no", task.attempt, "it never works")
+    state = engine.state(run_id, "extra")
+    assert (state["skip_reason"], state["error_message"]) == (
+        "handler_failed",
+        "no\nNot retried (attempt 1 of 3): it never works",
+    )
     [after] = engine.poll("optional")
     assert after.step_slug == "after"
 
 
-def test_a_failure_that_is_not_permanent_is_retried_as_before(engine: Engine) -> None:
+def test_a_failure_without_a_permanent_reason_is_retried_as_before(engine: Engine) -> None:
     engine.flow("retry", {"slug": "flaky"}, max_attempts=2)
     engine.start("retry")
     [task] = engine.poll("retry")
-    [row] = engine.call("fail_task", task.run_id, "flaky", 0, "boom", task.attempt, False)
-    assert row["status"] == "queued"
+    [row] = engine.call("fail_task", task.run_id, "flaky", 0, "boom", task.attempt, None)
+    assert (row["status"], row["error_message"]) == ("queued", "boom")

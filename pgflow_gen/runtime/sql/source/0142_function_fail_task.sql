@@ -4,10 +4,11 @@
 -- Locks run, step state and task (in that order, in one statement), then PGMQ rows.
 -- Late callbacks change nothing, and so does a stale one (`attempt`, from claim_tasks, is not the
 -- task's current attempt): the task's row comes back unchanged, a stale one's attempts_count
--- differing from `attempt`. A `permanent` failure (engine 0011) is not retried, whatever attempts
--- are left: the worker says so in the error message, which is stored as it is.
+-- differing from `attempt`. A failure with a `permanent_reason` (engine 0011) is not retried,
+-- whatever attempts are left; the stored error gets a second line that says so and why.
 create function pgflow.fail_task(
-  run_id uuid, step_slug text, task_index int, error_message text, attempt int, permanent boolean default false
+  run_id uuid, step_slug text, task_index int, error_message text, attempt int,
+  permanent_reason text default null
 )
 returns setof pgflow.step_tasks
 language plpgsql
@@ -19,6 +20,7 @@ declare
   v_step record;
   v_task pgflow.step_tasks;
   v_delayed int;
+  v_note text;
 begin
   select r.status as run_status, t as task into v_locked
   from pgflow.runs as r
@@ -63,7 +65,7 @@ begin
   -- failure of a task whose message someone removed (nothing could deliver the retry), and a
   -- permanent one (the handler said no retry can succeed).
   if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null
-    and not coalesce(permanent, false) then
+    and permanent_reason is null then
     select count(*) into v_delayed from pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_task.attempts_count)]);
     if v_delayed = 1 then
@@ -76,6 +78,15 @@ begin
     end if;
   end if;
 
+  if permanent_reason is not null then
+    -- After the error's first line (its summary), before the traceback.
+    v_note := format('Not retried (attempt %s of %s): %s', v_task.attempts_count, v_step.max_attempts,
+      permanent_reason);
+    error_message := case when strpos(error_message, E'\n') > 0
+      then left(error_message, strpos(error_message, E'\n') - 1) || E'\n' || v_note
+        || substr(error_message, strpos(error_message, E'\n'))
+      else coalesce(error_message || E'\n', '') || v_note end;
+  end if;
   update pgflow.step_tasks as t
   set status = 'failed', failed_at = clock_timestamp(), error_message = fail_task.error_message
   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
