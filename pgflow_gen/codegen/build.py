@@ -97,6 +97,8 @@ def unfound_handler_modules(loaded: Sequence[checks.LoadedSpec], project: Path) 
     warnings = []
     for item in loaded:
         for index, step in enumerate(item.spec.steps):
+            if step.handler is None:  # a signal step
+                continue
             module = step.handler.partition(":")[0]
             if _module_found(module, project):
                 continue

@@ -63,7 +63,7 @@ def _within_flow(item: LoadedSpec) -> Iterator[Problem]:
             keys = ("steps", step.index, "slug")
             yield _too_long(f'Step slug "{step.slug}"', longest, keys, item, step.index)
     for index, step_spec in enumerate(spec.steps):
-        if len(step_spec.handler) > names.MAX_HANDLER_LENGTH:
+        if step_spec.handler is not None and len(step_spec.handler) > names.MAX_HANDLER_LENGTH:
             yield Problem(
                 "name_too_long",
                 f"The handler path {excerpt(repr(step_spec.handler), 200)}"

@@ -181,13 +181,14 @@ def nested_part(key: str) -> str:
 @dataclass(frozen=True)
 class StepNames:
     """The contract names of one step. `deps` exists for dependent single steps; `item` and
-    `item_output` for map steps."""
+    `item_output` for map steps. A signal step has no handler, and its output is its payload
+    (`<Step>Payload`)."""
 
     slug: str
     index: int
     module: str
     output: str
-    handler: str
+    handler: str | None
     deps: str | None
     item: str | None
     item_output: str | None
@@ -200,15 +201,17 @@ class StepNames:
         return max((*self.types(), self.module), key=len)
 
 
-def step_names(slug: str, index: int, *, is_map: bool, has_dependencies: bool) -> StepNames:
+def step_names(
+    slug: str, index: int, *, is_map: bool, has_dependencies: bool, is_signal: bool = False
+) -> StepNames:
     prefix = pascal_case(slug)
     return StepNames(
         slug=slug,
         index=index,
         module=snake_case(slug),
-        output=f"{prefix}Output",
-        handler=f"{prefix}Handler",
-        deps=f"{prefix}Deps" if has_dependencies and not is_map else None,
+        output=f"{prefix}Payload" if is_signal else f"{prefix}Output",
+        handler=None if is_signal else f"{prefix}Handler",
+        deps=f"{prefix}Deps" if has_dependencies and not is_map and not is_signal else None,
         item=f"{prefix}Item" if is_map else None,
         item_output=f"{prefix}ItemOutput" if is_map else None,
     )

@@ -32,18 +32,12 @@ class StepView:
     handler_name: str
     first_param: str
     input_annotation: str
-    definition_args: tuple[layout.Expr, ...]
     queue_name: str
     max_concurrent: int
 
     @property
     def handler_expression(self) -> str:
         return f"{self.handler_reference}.{self.handler_attr}"
-
-    @property
-    def definition_lines(self) -> tuple[str, ...]:
-        """The keyword arguments of this step's `Step(...)` call, laid out one per line."""
-        return tuple(layout.text(arg, indent=12, suffix=",") for arg in self.definition_args)
 
     @property
     def handler_entry(self) -> str:
@@ -102,7 +96,12 @@ class FlowView:
     default_queue: str
     docstring: str
     package: str
+    #: The steps that run a handler (every step but the signal steps), in step order.
     steps: tuple[StepView, ...]
+    #: For every step, the keyword arguments of its `Step(...)` call, laid out one per line.
+    definitions: tuple[tuple[str, ...], ...]
+    #: The signal steps: (attribute of `Signals`, step slug, payload type), in step order.
+    signals: tuple[tuple[str, str, str], ...]
     decls: tuple[tuple[int, Decl], ...]
     handlers: TypedDictDecl
     typing_imports: tuple[str, ...]
@@ -164,6 +163,7 @@ def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
             index,
             is_map=step.type == "map",
             has_dependencies=bool(_dependencies(step)),
+            is_signal=step.signal is not None,
         )
         for index, step in enumerate(spec.steps)
     )
@@ -182,11 +182,19 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             builder.declare(
                 AliasDecl(step_name.output, subscript("list", layout.Atom(step_name.item_output)))
             )
+        elif step.signal is not None:  # its output is the payload it receives
+            scopes[step.slug] = builder.named(step_name.output, step.signal.payload)
         else:
             scopes[step.slug] = builder.named(step_name.output, step.output)
 
     routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
-    handler_modules = [step.handler.partition(":")[0] for step in spec.steps]
+    # The steps that run a handler: every step but the signal steps.
+    handled = [
+        (step, step_name, route, step.handler)
+        for step, step_name, route in zip(spec.steps, step_names, routes, strict=True)
+        if step.handler is not None and step_name.handler is not None
+    ]
+    handler_modules = [handler.partition(":")[0] for *_, handler in handled]
     # Step mode: one handler per file; flow mode: every handler in one file.
     references = {
         step.slug: (
@@ -194,10 +202,12 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             if spec.queue_mode == "flow"
             else names.handler_imports([module], [step_name.handler])
         )[module]
-        for step, step_name, module in zip(spec.steps, step_names, handler_modules, strict=True)
+        for (step, step_name, *_), module in zip(handled, handler_modules, strict=True)
+        if step_name.handler is not None
     }
     steps = []
-    for step, step_name, route in zip(spec.steps, step_names, routes, strict=True):
+    for step, step_name, route, handler in handled:
+        assert step_name.handler is not None  # a handled step has one
         dependencies = _dependencies(step)
         if step_name.item is not None and step_name.item_output is not None:
             source_type = _element_type(spec, step, builder, step_names, index_of, scopes)
@@ -208,7 +218,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             first_param, annotation, output = "deps", step_name.deps, step_name.output
         else:
             first_param, annotation, output = "flow_input", "Input", step_name.output
-        module_name, _, attr = step.handler.partition(":")
+        module_name, _, attr = handler.partition(":")
         steps.append(
             StepView(
                 slug=step.slug,
@@ -220,18 +230,26 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                 handler_name=step_name.handler,
                 first_param=first_param,
                 input_annotation=annotation,
-                definition_args=_step_definition(step, dependencies),
                 queue_name=route.queue_name,
                 max_concurrent=_max_concurrent(spec, step.slug),
             )
         )
 
     _declare_output(builder, spec, step_names, index_of)
+    definitions = tuple(
+        tuple(layout.text(arg, indent=12, suffix=",") for arg in _step_definition(step))
+        for step in spec.steps
+    )
+    signals = tuple(
+        (step_name.module, step.slug, step_name.output)
+        for step, step_name in zip(spec.steps, step_names, strict=True)
+        if step.signal is not None
+    )
 
     # Names the declarations refer to (not text inside string literals: an enum may hold "Json").
     used = {s.input_annotation for s in steps}.union(*(_decl_names(d) for d in builder.decls))
     typing_imports = ["Final", "Literal"]
-    if spec.steps:
+    if steps:
         typing_imports += ["Protocol", "TypeVar"]
     if any(isinstance(decl, AliasDecl) for decl in builder.decls):
         typing_imports.append("TypeAlias")
@@ -243,10 +261,14 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         typing_imports.append("NotRequired")
     runtime_imports = ["Flow", "FlowOptions", "TypedDict"]
     if spec.steps:
-        runtime_imports += ["Context", "MaybeAwaitable", "Step"]
+        runtime_imports.append("Step")
+    if steps:
+        runtime_imports += ["Context", "MaybeAwaitable"]
+    if signals:
+        runtime_imports.append("Signal")
     if "Json" in used:
         runtime_imports.append("Json")
-    if any(layout.flat(arg).startswith("options=") for s in steps for arg in s.definition_args):
+    if any(line.startswith("options=") for lines in definitions for line in lines):
         runtime_imports.append("StepOptions")
     if spec.queue_mode == "step":
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
@@ -284,6 +306,8 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         or "",
         package=package,
         steps=tuple(steps),
+        definitions=definitions,
+        signals=signals,
         decls=_spaced(builder.decls),
         handlers=TypedDictDecl(
             "Handlers",
@@ -299,7 +323,8 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                     *(["STEP_QUEUED_FLOW"] if spec.queue_mode == "step" else []),
                     "Handlers",
                     "StepSlug",
-                    *(["Steps"] if spec.steps else []),
+                    *(["Steps"] if steps else []),
+                    *(["Signals"] if signals else []),
                     *(decl.name for decl in builder.decls),
                     *(view.handler_name for view in steps),
                     "handler_import_failed",
@@ -308,9 +333,21 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                 ]
             )
         ),
-        flow_options=(
-            f"FlowOptions(max_attempts={spec.options.max_attempts},"
-            f" base_delay={spec.options.base_delay}, timeout={spec.options.timeout})"
+        flow_options=layout.text(
+            layout.Group(
+                "FlowOptions",
+                "(",
+                ")",
+                (
+                    layout.Pair("max_attempts", "=", layout.Atom(str(spec.options.max_attempts))),
+                    layout.Pair("base_delay", "=", layout.Atom(str(spec.options.base_delay))),
+                    layout.Pair("timeout", "=", layout.Atom(str(spec.options.timeout))),
+                    *_retry_not_on(spec.options.retry),
+                ),
+            ),
+            indent=4,
+            prefix="options=",
+            suffix=",",
         ),
         input_schema_arg=None
         if input_schema is None
@@ -442,6 +479,19 @@ def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
 
 
 def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
+    """The step as `Step.shape()` gives it at run time (a test keeps the two equal)."""
+    if step.signal is not None:
+        return shapes.step(
+            slug=step.slug,
+            step_type="signal",
+            dependencies=dependencies,
+            when_unmet=step.when_unmet or "skip",
+            when_exhausted=step.when_exhausted,
+            required_input_pattern=step.if_,
+            forbidden_input_pattern=step.if_not,
+            timeout=step.signal.timeout,
+            payload_schema=_schema(step.signal.payload) or {},
+        )
     return shapes.step(
         slug=step.slug,
         step_type=step.type,
@@ -450,14 +500,32 @@ def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str
         when_exhausted=step.when_exhausted,
         required_input_pattern=step.if_,
         forbidden_input_pattern=step.if_not,
-        **step.options.model_dump(),
+        max_attempts=step.options.max_attempts,
+        base_delay=step.options.base_delay,
+        timeout=step.options.timeout,
+        start_delay=step.options.start_delay,
     )
 
 
-def _step_definition(
-    step: model.StepSpec, dependencies: tuple[str, ...]
-) -> tuple[layout.Expr, ...]:
+def _schema(schema: model.TypeSchema | None) -> dict[str, Any] | None:
+    """A schema as the spec wrote it, as JSON."""
+    if schema is None:
+        return None
+    dumped: dict[str, Any] = schema.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    return dumped
+
+
+def _retry_not_on(retry: model.RetryOptions | None) -> tuple[layout.Pair, ...]:
+    """`retry_not_on=("ValueError", ...)` of a FlowOptions or StepOptions call, when set."""
+    if retry is None:
+        return ()
+    names_ = tuple(layout.Atom(literals.string(name)) for name in retry.not_on)
+    return (layout.Pair("retry_not_on", "=", layout.Group("", "(", ")", names_)),)
+
+
+def _step_definition(step: model.StepSpec) -> tuple[layout.Expr, ...]:
     """The keyword arguments of this step's `Step(...)` call."""
+    dependencies = _dependencies(step)
 
     def arg(name: str, value: layout.Expr) -> layout.Pair:
         return layout.Pair(name, "=", value)
@@ -466,8 +534,8 @@ def _step_definition(
         return layout.Atom(literals.string(text))
 
     args = [arg("slug", quoted(step.slug))]
-    if step.type != "single":
-        args.append(arg("step_type", quoted(step.type)))
+    if step.step_type != "single":
+        args.append(arg("step_type", quoted(step.step_type)))
     if dependencies:
         args.append(
             arg("dependencies", layout.Group("", "(", ")", tuple(map(quoted, dependencies))))
@@ -480,16 +548,24 @@ def _step_definition(
         args.append(arg("required_input_pattern", literals.value(step.if_)))
     if step.if_not is not None:
         args.append(arg("forbidden_input_pattern", literals.value(step.if_not)))
+    engine_options = (
+        {"timeout": step.signal.timeout}
+        if step.signal is not None
+        else step.options.engine_options()
+    )
     options = tuple(
         arg(key, layout.Atom(str(value)))
-        for key, value in step.options.model_dump().items()
+        for key, value in engine_options.items()
         if value is not None
-    )
+    ) + _retry_not_on(step.options.retry)
     if options:
         args.append(arg("options", layout.Group("StepOptions", "(", ")", options)))
-    if step.output is not None:
-        schema = step.output.model_dump(by_alias=True, exclude_unset=True, mode="json")
-        args.append(arg("output_schema", literals.value(schema)))
+    output = _schema(step.output)
+    if output is not None:
+        args.append(arg("output_schema", literals.value(output)))
+    payload = _schema(step.signal.payload) if step.signal is not None else None
+    if payload is not None:
+        args.append(arg("payload_schema", literals.value(payload)))
     return tuple(args)
 
 

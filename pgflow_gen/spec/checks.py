@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import keyword
 import math
@@ -60,9 +61,14 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
     slugs_ok = not slug_errors
 
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
+    for listed, where in _retry_lists(spec):
+        yield from _exception_name_problems(listed, where, problem)
     for index, step in enumerate(spec.steps):
         yield from _dependency_problems(spec, index, step, index_of, problem)
-        keywords = [part for part in re.split(r"[.:]", step.handler) if keyword.iskeyword(part)]
+        yield from _signal_problems(index, step, problem)
+        keywords = [
+            part for part in re.split(r"[.:]", step.handler or "") if keyword.iskeyword(part)
+        ]
         if keywords:
             yield problem(
                 "invalid_handler_path",
@@ -91,9 +97,13 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
                 hint='Add "if" or "if_not", or remove "when_unmet".',
                 step=index,
             )
-        for key, schema in (("output", step.output),):
+        schemas = (
+            (("output",), step.output),
+            (("signal", "payload"), step.signal.payload if step.signal is not None else None),
+        )
+        for at, schema in schemas:
             if schema is not None:
-                yield from _schema_problems(schema, ("steps", index, key), problem, step=index)
+                yield from _schema_problems(schema, ("steps", index, *at), problem, step=index)
 
     if spec.input is not None:
         yield from _schema_problems(spec.input, ("input",), problem)
@@ -106,12 +116,17 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
                 ("workers", "steps", slug),
                 hint="In flow mode one worker serves every step: set workers.max_concurrent.",
             )
-        elif slug not in index_of:
+        elif slug not in index_of or spec.steps[index_of[slug]].signal is not None:
+            what = "which is not a step of this flow" if slug not in index_of else "a signal step"
             yield problem(
                 "unknown_worker_step",
-                f'workers.steps names "{slug}", which is not a step of this flow.',
+                f'workers.steps names "{slug}", {what}.',
                 ("workers", "steps", slug),
-                hint=f"Steps: {', '.join(index_of) or '(none)'}.",
+                detail=None
+                if slug not in index_of
+                else "A signal step runs no task: no worker serves it.",
+                hint="Steps with workers: "
+                f"{', '.join(s.slug for s in spec.steps if s.signal is None) or '(none)'}.",
             )
 
     if slugs_ok:
@@ -128,6 +143,90 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
                 error.code, error.message, keys,
                 detail=error.detail, hint=error.hint, step=step_index,
             )  # fmt: skip
+
+
+#: The keys a signal step cannot have (it runs no task), with what to do instead.
+SIGNAL_STEP_KEYS = {
+    "handler": "A signal step runs no handler: its output is the payload it receives. Remove"
+    ' "handler", or "signal" to run a handler.',
+    "type": "A signal step is a single step: map its payload in a step that depends on it.",
+    "array": "A signal step is a single step: map its payload in a step that depends on it.",
+    "output": 'Its output is the payload it receives: describe it in "signal.payload".',
+    "options": 'It runs no task: set how long it waits with "signal.timeout".',
+}
+
+
+def _signal_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator[Problem]:
+    """A step runs a handler or waits for a signal: exactly one; and a signal step has none of
+    the keys that only a task uses."""
+    if step.signal is None:
+        if step.handler is None:
+            yield problem(
+                "missing_key",
+                'Missing required key "handler".',
+                ("steps", index),
+                hint='A step runs a handler ("handler: package.module:function"), or waits for a'
+                ' signal ("signal: {payload: ...}").',
+                step=index,
+            )
+        return
+    present = {
+        "handler": step.handler is not None,
+        "output": step.output is not None,
+        "options": bool(step.options.model_fields_set),
+        "type": step.type != "single",
+        "array": step.array is not None,
+    }
+    for key, hint in SIGNAL_STEP_KEYS.items():
+        if present[key]:
+            yield problem(
+                "signal_step_key",
+                f'Signal step "{step.slug}" cannot have "{key}".',
+                ("steps", index, key),
+                hint=hint,
+                step=index,
+            )
+
+
+def _retry_lists(spec: model.FlowSpec) -> Iterator[tuple[list[str], tuple[str | int, ...]]]:
+    """Every `retry.not_on` list of the spec, with where it is."""
+    if spec.options.retry is not None:
+        yield spec.options.retry.not_on, ("options", "retry", "not_on")
+    for index, step in enumerate(spec.steps):
+        if step.options.retry is not None:
+            yield step.options.retry.not_on, ("steps", index, "options", "retry", "not_on")
+
+
+def _exception_name_problems(
+    listed: list[str], keys: tuple[str | int, ...], problem: Any
+) -> Iterator[Problem]:
+    """Each entry names a builtin exception class, or is a `package.module:Class` path (which
+    the worker imports when it starts)."""
+    step = keys[1] if keys[0] == "steps" and isinstance(keys[1], int) else None
+    for position, name in enumerate(listed):
+        if re.fullmatch(model.HANDLER_PATTERN, name) and not any(
+            keyword.iskeyword(part) for part in re.split(r"[.:]", name)
+        ):
+            continue
+        found = getattr(builtins, name, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            continue
+        near = difflib.get_close_matches(name, _BUILTIN_EXCEPTIONS, n=1)
+        yield problem(
+            "invalid_exception_name",
+            f"{excerpt(repr(name))} names no exception class.",
+            (*keys, position),
+            hint=(f'Did you mean "{near[0]}"? ' if near else "")
+            + 'Name a builtin exception ("ValueError") or write "package.module:ExceptionClass".',
+            step=step,
+        )
+
+
+_BUILTIN_EXCEPTIONS = sorted(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+)
 
 
 def _dependency_problems(

@@ -59,6 +59,17 @@ class TypeSchema(_Strict):
         return found
 
 
+class RetryOptions(_Strict):
+    """Which failures are not retried."""
+
+    not_on: list[str] = Field(
+        default_factory=list,
+        description="Exception classes that fail a task at once, whatever attempts are left: a"
+        ' builtin name ("ValueError") or "package.module:ExceptionClass". A handler can also'
+        " raise pgflow_gen.runtime.PermanentError.",
+    )
+
+
 class FlowOptions(_Strict):
     """Flow-wide defaults for every step (the values shown are the defaults)."""
 
@@ -71,6 +82,7 @@ class FlowOptions(_Strict):
     timeout: int = Field(
         default=60, ge=3, le=MAX_INT, description="Seconds a task may run before it is retried."
     )
+    retry: RetryOptions | None = None
 
 
 class StepOptions(_Strict):
@@ -82,10 +94,36 @@ class StepOptions(_Strict):
     start_delay: int | None = Field(
         default=None, ge=0, le=MAX_INT, description="Delay of the first attempt, s."
     )
+    retry: RetryOptions | None = Field(default=None, description="Replaces the flow's retry.")
+
+    def engine_options(self) -> dict[str, int | None]:
+        """The options the engine keeps per step (retry is the worker's)."""
+        return self.model_dump(include={"max_attempts", "base_delay", "timeout", "start_delay"})
+
+
+class SignalSpec(_Strict):
+    """A signal step runs no handler: it waits until `pgflow-gen signal` or
+    `Client.send_signal` gives it a payload, which becomes its output."""
+
+    payload: TypeSchema | None = Field(
+        default=None, description="JSON Schema of the payload (none: any JSON)."
+    )
+    timeout: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT,
+        description="Seconds it waits; then it fails, or is skipped with when_exhausted: skip"
+        " (none: it waits for ever).",
+    )
 
 
 class StepSpec(_Strict):
     """One step. Its position in `steps` is its step index (the topological order)."""
+
+    # Editors learn the rule `checks.py` enforces: a step runs a handler or waits for a signal.
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["handler"]}, {"required": ["signal"]}]}
+    )
 
     slug: str = Field(description="Step slug: a letter first, then letters, digits, single _.")
     description: str | None = None
@@ -96,9 +134,18 @@ class StepSpec(_Strict):
     if_not: dict[str, Any] | None = None
     when_unmet: WhenUnmet | None = None
     when_exhausted: WhenExhausted = "fail"
-    handler: str = Field(pattern=HANDLER_PATTERN, description='"package.module:function"')
+    handler: str | None = Field(
+        default=None, pattern=HANDLER_PATTERN, description='"package.module:function"'
+    )
+    signal: SignalSpec | None = Field(
+        default=None, description="Instead of a handler: the step waits for a signal."
+    )
     output: TypeSchema | None = None
     options: StepOptions = Field(default_factory=StepOptions)
+
+    @property
+    def step_type(self) -> Literal["single", "map", "signal"]:
+        return "signal" if self.signal is not None else self.type
 
 
 class StepWorkers(_Strict):

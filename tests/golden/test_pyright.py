@@ -13,21 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.test_typing import CASES, EXAMPLES, ROOT, handler_stubs
+from tests.golden.test_typing import CASES, EXAMPLES, NEGATIVE, ROOT, handler_stubs
 
 PYRIGHT = Path(sys.executable).parent / "pyright"
 
 
 def pyright(
-    folder: Path, include: list[str], extra_paths: list[str] | None = None
+    folder: Path,
+    include: list[str],
+    extra_paths: list[str] | None = None,
+    *,
+    type_ignores: bool = True,
 ) -> tuple[list[str], int]:
     """pyright's errors in `folder` (strict), as `file:line: message (rule)`, and the number of
-    files it checked."""
+    files it checked; `type_ignores=False` reports lines with a `# type: ignore` too."""
     config = {
         "typeCheckingMode": "strict",
         "pythonVersion": "3.11",
         "include": include,
         "extraPaths": extra_paths or [],
+        "enableTypeIgnoreComments": type_ignores,
     }
     (folder / "pyrightconfig.json").write_text(json.dumps(config))
     try:
@@ -68,3 +73,20 @@ def test_golden_trees_pass_pyright_strict(tmp_path: Path) -> None:
     errors, checked = pyright(ROOT, trees, extra_paths=[str(stubs)])
     assert errors == []
     assert checked == len(list(CASES.glob("*/expected/**/*.py")))
+
+
+@pytest.mark.slow
+def test_pyright_finds_exactly_the_marked_mistakes_of_the_signal_snippets() -> None:
+    [(example, snippets)] = [(e, n) for e, n in NEGATIVE.items() if n.name == "negative_signals.py"]
+    copy = example / "app" / snippets.name
+    copy.write_text(snippets.read_text())
+    try:
+        errors, _ = pyright(example, [f"app/{snippets.name}"], type_ignores=False)
+    finally:
+        copy.unlink()
+    marked = [
+        number
+        for number, line in enumerate(snippets.read_text().splitlines(), 1)
+        if "# type: ignore[" in line
+    ]
+    assert sorted({int(error.split(":")[1]) for error in errors}) == marked, errors

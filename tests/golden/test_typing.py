@@ -20,6 +20,11 @@ EXAMPLES = [
     ROOT / "benchmarks" / "project",
 ]
 NEGATIVE_EXAMPLE = ROOT / "examples" / "community_threads"
+#: Negative snippets (tests/typing/) and the example each is checked against.
+NEGATIVE = {
+    NEGATIVE_EXAMPLE: ROOT / "tests" / "typing" / "negative_handlers.py",
+    ROOT / "examples" / "human_approval": ROOT / "tests" / "typing" / "negative_signals.py",
+}
 
 
 def mypy(*args: str, cwd: Path, mypypath: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -83,11 +88,7 @@ def test_golden_flow_modules_pass_mypy_strict(
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_each_example_passes_mypy_strict(example: Path) -> None:
-    extra = (
-        [str(ROOT / "tests" / "typing" / "negative_handlers.py")]
-        if example == NEGATIVE_EXAMPLE
-        else []
-    )
+    extra = [str(NEGATIVE[example])] if example in NEGATIVE else []
     tests = ["tests"] if (example / "tests").is_dir() else []  # written with the testing kit
     result = mypy(
         "--config-file", os.devnull, "--warn-unused-ignores", "--explicit-package-bases", "app",
@@ -98,4 +99,5 @@ def test_each_example_passes_mypy_strict(example: Path) -> None:
 
 
 def test_the_negative_snippets_target_an_example() -> None:
-    assert NEGATIVE_EXAMPLE in EXAMPLES
+    assert set(NEGATIVE) <= set(EXAMPLES)
+    assert set(NEGATIVE.values()) == set((ROOT / "tests" / "typing").glob("*.py"))
