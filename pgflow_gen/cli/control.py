@@ -1,9 +1,9 @@
 """Run control commands of `pgflow-gen`: `cancel` (one run, several, or every started run of a
-flow), `pause` and `resume` (a step of a flow, in every run), through the engine's functions, so
-they work for any flow without its module.
+flow), `retry` (failed runs, from where they failed), `pause` and `resume` (a step of a flow, in
+every run), through the engine's functions, so they work for any flow without its module.
 
-A bulk command shows what it will change and asks first; `--yes` skips the question, and
-without a terminal to ask on it refuses rather than guess.
+A bulk command shows what it will change and asks first (`cancel` always, `retry` for `--flow`);
+`--yes` skips the question, and without a terminal to ask on it refuses rather than guess.
 """
 
 from __future__ import annotations
@@ -73,6 +73,27 @@ def register(commands: cli_parser.Commands) -> None:
     cancel.add_argument("--yes", action="store_true", help="cancel without asking first")
     cancel.set_defaults(handler=_cancel)
 
+    retry = commands.add(
+        "retry",
+        "retry failed runs from where they failed: completed steps keep their outputs",
+        database=True,
+        formats=runs.FORMATS,
+    )
+    retry.add_argument(
+        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help="the runs to retry"
+    )
+    retry.add_argument(
+        "--flow", dest="flow_slug", metavar="SLUG", help="every failed run of this flow"
+    )
+    retry.add_argument(
+        "--failed-since",
+        type=age,
+        metavar="AGE",
+        help="with --flow: only runs that failed within AGE (30s, 15m, 1h, 2d)",
+    )
+    retry.add_argument("--yes", action="store_true", help="retry --flow's runs without asking")
+    retry.set_defaults(handler=_retry)
+
     pause = commands.add(
         "pause",
         "pause a step in every run: none of its tasks starts until it is resumed",
@@ -106,7 +127,8 @@ def _cancel(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
         chosen, refused = _choose(conn, args)
         if chosen and not args.yes:
-            _confirm(chosen, args.reason)
+            because = f" ({args.reason})" if args.reason else ""
+            _confirm("cancel", chosen, "started_at", because)
         cancelled: list[dict[str, Any]] = []
         for run in chosen:
             try:
@@ -164,24 +186,86 @@ def _choose(
     return chosen, refused
 
 
-def _confirm(chosen: list[dict[str, Any]], reason: str | None) -> None:
-    """Show the runs and ask; raise UsageError when there is no terminal to ask on."""
+def _confirm(verb: str, chosen: list[dict[str, Any]], when: str, because: str = "") -> None:
+    """Show the runs (with the time in column `when`) and ask whether to `verb` them; raise
+    UsageError when there is no terminal to ask on, or the answer is not yes."""
     if not sys.stdin.isatty():
         raise UsageError(
-            f"cancel would cancel {len(chosen)} run(s) and asks first, but there is no terminal"
+            f"{verb} would {verb} {len(chosen)} run(s) and asks first, but there is no terminal"
             " to ask on.",
-            hint="Pass --yes to cancel without asking.",
+            hint=f"Pass --yes to {verb} without asking.",
         )
     table(
-        [(r["run_id"], r["flow_slug"], r["started_at"]) for r in chosen],
-        ["run", "flow", "started"],
+        [(r["run_id"], r["flow_slug"], r[when]) for r in chosen],
+        ["run", "flow", when.removesuffix("_at")],
         sys.stderr,
     )
-    because = f" ({reason})" if reason else ""
-    print(f"cancel these {len(chosen)} run(s){because}? [y/N] ", end="", file=sys.stderr,
+    print(f"{verb} these {len(chosen)} run(s){because}? [y/N] ", end="", file=sys.stderr,
           flush=True)  # fmt: skip
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise UsageError("Nothing was cancelled.")
+        raise UsageError(f"Nothing was {'cancelled' if verb == 'cancel' else 'retried'}.")
+
+
+def _retry(args: argparse.Namespace) -> int:
+    if bool(args.run_ids) == (args.flow_slug is not None):
+        raise UsageError(
+            "Name the runs to retry, or a flow with --flow, not both.",
+            hint="For example `pgflow-gen retry RUN_ID` or `pgflow-gen retry --flow greetUser"
+            " --failed-since 1h`.",
+        )
+    if args.failed_since is not None and args.flow_slug is None:
+        raise UsageError(
+            "--failed-since selects the failed runs of --flow; named runs are retried as named."
+        )
+    as_json = args.format == "json"
+    retried: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    with runs.connect(args) as conn:
+        if args.flow_slug is not None:
+            runs.require_flow(conn, args.flow_slug)
+            chosen = conn.execute(
+                cli_queries.FAILED_RUNS_OF_FLOW, {"flow": args.flow_slug, "age": args.failed_since}
+            ).fetchall()
+            if chosen and not args.yes:
+                _confirm("retry", chosen, "failed_at")
+        else:
+            chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
+        for run in chosen:
+            try:
+                conn.execute(runtime_queries.RETRY_RUN, (run["run_id"],))
+            except psycopg.Error as exc:
+                error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
+                if not isinstance(
+                    error, client_module.RunNotFailedError | client_module.RunNotFoundError
+                ):
+                    raise error from exc
+                status = _status(conn, run["run_id"])
+                refused.append({"run_id": run["run_id"], "status": status, "why": error.message})
+                continue
+            row = conn.execute(cli_queries.RUN, (run["run_id"],)).fetchone()
+            assert row is not None
+            retried.append(row)
+            if not as_json:
+                print(f"retried run {row['run_id']} of {row['flow_slug']} ({row['status']};"
+                      f" retry {row['retry_count']})")  # fmt: skip
+    if as_json:
+        print_json({
+            "retried": [
+                {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
+                 "retry_count": r["retry_count"]}
+                for r in retried
+            ],
+            "not_retried": [
+                {"run_id": r["run_id"], "status": r["status"], "reason": r["why"]} for r in refused
+            ],
+        })  # fmt: skip
+    else:
+        for run in refused:
+            print(f"error: {run['why']}", file=sys.stderr)
+        if not chosen:
+            since = f" that failed within {args.failed_since}" if args.failed_since else ""
+            print(f"no failed run of {args.flow_slug}{since} to retry")
+    return EXIT_FAILURE if refused else EXIT_OK
 
 
 def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str | None:

@@ -39,9 +39,14 @@ START_FLOW_WITH_KEY: Final[LiteralString] = (
 #: (run id) -> the run's row.
 RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
-#: latest error of its tasks (the failed one, else the last retried one) with its attempt.
+#: latest error of its tasks (the failed one, else the last retried one) with its attempt; a
+#: signal step's type, and when it waits: since when and until when (NULL: for ever).
 RUN_STEPS: Final[LiteralString] = (
-    "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks,"
+    "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks, s.step_type,"
+    " case when s.step_type = 'signal' and ss.status = 'started' then ss.started_at end"
+    "   as waiting_since,"
+    " case when s.step_type = 'signal' and ss.status = 'started'"
+    "   then ss.started_at + make_interval(secs => s.opt_timeout) end as waiting_until,"
     " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
     " a.attempts, e.task_index, e.error_attempt, e.status as task_status, e.error_message"
     " from pgflow.step_states as ss"
@@ -87,6 +92,13 @@ STARTED_RUNS_OF_FLOW: Final[LiteralString] = (
     " where flow_slug = %(flow)s and status = 'started'"
     "   and (%(age)s::interval is null or started_at < now() - %(age)s::interval)"
     " order by started_at, run_id"
+)
+#: ({flow, age}) -> the failed runs of the flow (that failed within `age`), oldest first.
+FAILED_RUNS_OF_FLOW: Final[LiteralString] = (
+    "select run_id, flow_slug, status, failed_at from pgflow.runs"
+    " where flow_slug = %(flow)s and status = 'failed'"
+    "   and (%(age)s::interval is null or failed_at > now() - %(age)s::interval)"
+    " order by failed_at, run_id"
 )
 #: ({ids, age}) -> those runs, each saying whether it started less than `age` ago (`young`).
 RUNS_BY_ID: Final[LiteralString] = (

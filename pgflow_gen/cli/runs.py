@@ -296,11 +296,13 @@ def _wait_with_progress(
 ) -> Run[Any]:
     """Wait for the run (events, plus a read every second, which also works behind a
     transaction pooler). Every second it checks that each step with queued tasks has a live
-    worker, and warns once per step that has none, saying how to start one. A terminal shows
+    worker, and warns once per step that has none, saying how to start one; and says once per
+    signal step that waits for its signal how to send it. A terminal shows
     the elapsed time; otherwise a progress line comes every PROGRESS_EVERY_S seconds."""
     started = time.monotonic()
     show = sys.stderr.isatty()
     warned: set[str] = set()
+    told: set[str] = set()  # the signal steps it said it waits for
     run = client.get_run(run_id)
     last_line = 0
 
@@ -316,6 +318,17 @@ def _wait_with_progress(
                 if show:
                     print(file=sys.stderr)
                 _warn_unserved(run.flow_slug, step)
+        for waiting in run.waiting_signals(conn=checks):
+            if waiting.step_slug not in told:
+                told.add(waiting.step_slug)
+                if show:
+                    print(file=sys.stderr)
+                until = f" until {cell(waiting.deadline)}" if waiting.deadline else ""
+                print(
+                    f"step {waiting.step_slug} waits for a signal{until}: send it with"
+                    f" `pgflow-gen signal {run_id} {waiting.step_slug} --payload '<JSON>'`",
+                    file=sys.stderr,
+                )
         elapsed = time.monotonic() - started
         if show:
             print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
@@ -365,13 +378,21 @@ def _status(args: argparse.Namespace) -> int:
         s["pause"] = pause if s["status"] in ("created", "started") else None
         if s["pause"] is not None:
             s["note"] = "; ".join(filter(None, [_pause_cell(pause), s["note"]]))
+        if s["step_type"] == "signal":
+            s["queue_name"] = None  # a signal step has no queue
+        if s["waiting_since"] is not None:
+            until = f" until {cell(s['waiting_until'])}" if s["waiting_until"] else ""
+            s["note"] = f"waiting for a signal{until}"
+    waiting = [s["step_slug"] for s in steps if s["waiting_since"] is not None]
     if args.format == "json":
         print_json({
             "run": {
                 key: run.get(key)
                 for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
-                            "completed_at", "failed_at", "cancelled_at", "cancel_reason")
+                            "completed_at", "failed_at", "cancelled_at", "cancel_reason",
+                            "retry_count", "retried_at")
             },
+            "waiting_for_signals": waiting,
             "steps": [
                 {
                     "step_slug": s["step_slug"],
@@ -381,6 +402,10 @@ def _status(args: argparse.Namespace) -> int:
                     "attempts": s["attempts"],
                     "note": s["note"],
                     "paused": _pause_json(s["pause"]),
+                    "step_type": s["step_type"],
+                    "waiting": None if s["waiting_since"] is None else {
+                        "since": s["waiting_since"], "until": s["waiting_until"],
+                    },
                     "last_error": None if s["error_message"] is None else {
                         "task_index": s["task_index"],
                         "attempt": s["error_attempt"],
@@ -394,8 +419,11 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
-    print(f"status:  {run['status']}")
+    waits = f" (waiting for a signal: {', '.join(waiting)})" if waiting else ""
+    print(f"status:  {run['status']}{waits}")
     print(f"started: {cell(run['started_at'])}")
+    if run.get("retry_count"):
+        print(f"retried: {run['retry_count']} time(s), last at {cell(run['retried_at'])}")
     finished = run["completed_at"] or run["failed_at"] or run.get("cancelled_at")
     if finished is not None:
         print(f"ended:   {cell(finished)}")
@@ -413,6 +441,9 @@ def _status(args: argparse.Namespace) -> int:
         ["step", "status", "queue", "tasks", "attempts", "note"],
         sys.stdout,
     )  # fmt: skip
+    for slug in waiting:
+        print(f"\nsend step {slug} its signal: pgflow-gen signal {run['run_id']} {slug} --payload"
+              " '<JSON>'")  # fmt: skip
     failed = [s for s in steps if s["error_message"] is not None]
     if failed:
         print("\nlast errors:")
@@ -483,8 +514,10 @@ def _flows(args: argparse.Namespace) -> int:
             "steps": [
                 {"flow_slug": r["flow_slug"], "queue_mode": r["queue_mode"],
                  "step_slug": r["step_slug"], "step_type": r["step_type"],
-                 "queue_name": r["queue_name"],
-                 "options": {
+                 "queue_name": r["queue_name"] if r["step_type"] != "signal" else None,
+                 # A signal step runs no task: its one option is how long it waits.
+                 "options": {"timeout": {"value": r["opt_timeout"], "from_flow": False}}
+                 if r["step_type"] == "signal" else {
                      "max_attempts": _inherited(r["opt_max_attempts"], r["flow_max_attempts"]),
                      "base_delay": _inherited(r["opt_base_delay"], r["flow_base_delay"]),
                      "timeout": _inherited(r["opt_timeout"], r["flow_timeout"]),
@@ -499,15 +532,19 @@ def _flows(args: argparse.Namespace) -> int:
         # The value the step runs with; "(flow)" when it inherits the flow's.
         return str(step) if step is not None else f"{flow} (flow)"
 
+    def row(r: Any) -> tuple[Any, ...]:
+        if r["step_type"] == "signal":  # no queue, no task: it waits for its signal
+            waits = f"{r['opt_timeout']} (wait)" if r["opt_timeout"] else "none (waits for ever)"
+            return (r["flow_slug"], r["queue_mode"], r["step_slug"], "signal", "-", "-", "-",
+                    waits, "-")  # fmt: skip
+        return (r["flow_slug"], r["queue_mode"], r["step_slug"], r["step_type"], r["queue_name"],
+                option(r["opt_max_attempts"], r["flow_max_attempts"]),
+                option(r["opt_base_delay"], r["flow_base_delay"]),
+                option(r["opt_timeout"], r["flow_timeout"]),
+                option(r["opt_start_delay"], 0))  # fmt: skip
+
     table(
-        [
-            (r["flow_slug"], r["queue_mode"], r["step_slug"], r["step_type"], r["queue_name"],
-             option(r["opt_max_attempts"], r["flow_max_attempts"]),
-             option(r["opt_base_delay"], r["flow_base_delay"]),
-             option(r["opt_timeout"], r["flow_timeout"]),
-             option(r["opt_start_delay"], 0))
-            for r in rows
-        ],
+        [row(r) for r in rows],
         ["flow", "mode", "step", "type", "queue", "max attempts", "base delay", "timeout",
          "start delay"],
         sys.stdout,

@@ -16,7 +16,12 @@ def render(spec: model.FlowSpec, graph_format: GraphFormat) -> str:
     routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
     nodes = []
     for step, route in zip(spec.steps, routes, strict=True):
-        lines = [f"{step.slug} ({step.type})", f"queue: {route.queue_name}"]
+        if step.signal is None:
+            lines = [f"{step.slug} ({step.type})", f"queue: {route.queue_name}"]
+        else:  # no queue, no worker: it waits
+            timeout = step.signal.timeout
+            until = f"at most {timeout} s" if timeout is not None else "for ever"
+            lines = [f"{step.slug} (signal)", f"waits for a signal, {until}"]
         if step.if_ is not None:
             lines.append(f"if: {_compact(step.if_)}")
         if step.if_not is not None:
@@ -40,8 +45,8 @@ def metadata(spec: model.FlowSpec) -> dict[str, Any]:
         "steps": [
             {
                 "slug": step.slug,
-                "type": step.type,
-                "queue_name": route.queue_name,
+                "type": step.step_type,
+                "queue_name": route.queue_name if step.signal is None else None,
                 "depends_on": list(step.depends_on),
                 "array": step.array,
                 "edges_from": [step.array]
@@ -52,6 +57,16 @@ def metadata(spec: model.FlowSpec) -> dict[str, Any]:
                 "when_unmet": step.when_unmet or "skip",
                 "when_exhausted": step.when_exhausted,
                 "handler": step.handler,
+                "signal": None
+                if step.signal is None
+                else {
+                    "timeout": step.signal.timeout,
+                    "payload": None
+                    if step.signal.payload is None
+                    else step.signal.payload.model_dump(
+                        by_alias=True, exclude_unset=True, mode="json"
+                    ),
+                },
             }
             for step, route in zip(spec.steps, routes, strict=True)
         ],

@@ -466,7 +466,7 @@ class Client:
                     f'The payload of signal "{step_slug}" is not JSON-serialisable: {exc}.'
                 ) from exc
             except psycopg.Error as exc:
-                raise _signal_error(exc) from exc
+                raise signal_error(exc) from exc
         assert row is not None  # send_signal returns its row or raises
         return row
 
@@ -527,7 +527,7 @@ def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailur
         return cur.execute(queries.READ_FAILURE, (run_id,)).fetchone()
 
 
-def _signal_error(exc: psycopg.Error) -> errors.PgflowError:
+def signal_error(exc: psycopg.Error) -> errors.PgflowError:
     """The typed error for a signal the engine refused."""
     diag = exc.diag
     if isinstance(

@@ -10,13 +10,15 @@ import time
 from pathlib import Path
 from typing import cast
 
+from app.pgflow.e2e_approvals import FinishDeps
+from app.pgflow.e2e_approvals import Input as ApprovalsInput
 from app.pgflow.e2e_fanout import Input as FanoutInput
 from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
 from app.pgflow.e2e_plain import Input as PlainInput
 from app.pgflow.e2e_plain import WrapUpDeps
 from app.pgflow.e2e_steps import FirstOutput, Input, SecondDeps
 from app.pgflow.e2e_timeouts import Input as TimeoutsInput
-from pgflow_gen.runtime import Context
+from pgflow_gen.runtime import Context, PermanentError
 
 GATE_DEADLINE = 60.0
 
@@ -90,3 +92,15 @@ async def slow_async(flow_input: TimeoutsInput, ctx: Context[TimeoutsInput], /) 
         (Path(flow_input["marks"]) / f"async-cancelled-{ctx.attempt}").touch()
         raise
     return "done"
+
+
+def prepare(flow_input: ApprovalsInput, ctx: Context[ApprovalsInput], /) -> str:
+    if flow_input.get("decline"):
+        raise PermanentError("declined: no attempt can change that")
+    if not Path(flow_input["gate"]).exists():
+        raise RuntimeError(f"the gate is closed (attempt {ctx.attempt})")
+    return "prepared"
+
+
+def finish(deps: FinishDeps, ctx: Context[ApprovalsInput], /) -> str:
+    return f"{deps['prepare']} and {'approved' if deps['approval']['ok'] else 'declined'}"
