@@ -89,7 +89,7 @@ def register(commands: cli_parser.Commands) -> None:
         "--failed-since",
         type=age,
         metavar="AGE",
-        help="with --flow: only runs that failed within AGE (30s, 15m, 1h, 2d)",
+        help="only runs of --flow that failed within AGE (30s, 15m, 1h, 2d)",
     )
     retry.add_argument("--yes", action="store_true", help="retry --flow's runs without asking")
     retry.set_defaults(handler=_retry)

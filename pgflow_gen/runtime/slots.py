@@ -193,11 +193,12 @@ class Slots:
             if report.error is not None:
                 # The error opens with `Type: message`, then the handler's traceback.
                 self.log.warning(
-                    "task %s/%s[%d] attempt %d failed: %s",
+                    "task %s/%s[%d] attempt %d failed%s: %s",
                     report.task.run_id,
                     report.task.step_slug,
                     report.task.task_index,
                     report.task.attempt,
+                    "" if report.not_retried is None else f" (not retried: {report.not_retried})",
                     report.error,
                 )
             self.reports.append(report)

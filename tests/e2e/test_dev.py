@@ -54,9 +54,21 @@ class Dev:
         }
 
     def close(self) -> None:
+        """Stop dev as a user does (it stops its workers), and kill whatever outlives it: a dev
+        killed outright would leave its workers running after the test."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in {int(pid) for pid in re.findall(r"\(pid (\d+)\)", self.log())}:
+            try:  # only a worker of this project, not a process that took over its pid
+                if b"app.pgflow.workers" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
         self._log.close()
 
 
