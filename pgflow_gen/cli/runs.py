@@ -240,7 +240,7 @@ def _start(args: argparse.Namespace) -> int:
     print(f"failed: {failure.describe() if failure else 'no failed step recorded'}")
     if failure is not None and failure.error and "\n" in failure.error:
         details = failure.error.split("\n", 1)[1].strip("\n")
-        print("\n".join(f"  {line}" for line in details.splitlines()))
+        print("\n".join(f"  {line}" if line else "" for line in details.splitlines()))
     print(f"(the run and every step: pgflow-gen status {run_id})")
     return EXIT_FAILURE
 
@@ -454,7 +454,7 @@ def _status(args: argparse.Namespace) -> int:
         )
         details = s["error_message"].split("\n", 1)[1:]
         for line in "".join(details).strip("\n").splitlines():
-            print(f"    {line}")
+            print(f"    {line}" if line else "")
     return EXIT_OK
 
 
