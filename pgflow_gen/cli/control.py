@@ -45,17 +45,11 @@ def age(text: str) -> datetime.timedelta:
 
 def register(commands: cli_parser.Commands) -> None:
     """Add the run control commands to the `pgflow-gen` parser."""
-    cancel = commands.add(
+    cancel = _run_command(
+        commands,
         "cancel",
         "cancel started runs: queued tasks never run, running handlers are told to stop",
-        database=True,
-        formats=runs.FORMATS,
-    )
-    cancel.add_argument(
-        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help="the runs to cancel"
-    )
-    cancel.add_argument(
-        "--flow", dest="flow_slug", metavar="SLUG", help="every started run of this flow"
+        "started",
     )
     cancel.add_argument(
         "--status",
@@ -73,17 +67,11 @@ def register(commands: cli_parser.Commands) -> None:
     cancel.add_argument("--yes", action="store_true", help="cancel without asking first")
     cancel.set_defaults(handler=_cancel)
 
-    retry = commands.add(
+    retry = _run_command(
+        commands,
         "retry",
         "retry failed runs from where they failed: completed steps keep their outputs",
-        database=True,
-        formats=runs.FORMATS,
-    )
-    retry.add_argument(
-        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help="the runs to retry"
-    )
-    retry.add_argument(
-        "--flow", dest="flow_slug", metavar="SLUG", help="every failed run of this flow"
+        "failed",
     )
     retry.add_argument(
         "--failed-since",
@@ -114,6 +102,20 @@ def register(commands: cli_parser.Commands) -> None:
     resume.add_argument("flow_slug", metavar="FLOW", help="the flow's slug")
     resume.add_argument("step_slug", metavar="STEP", help="the step's slug")
     resume.set_defaults(handler=_resume)
+
+
+def _run_command(
+    commands: cli_parser.Commands, verb: str, description: str, status: str
+) -> argparse.ArgumentParser:
+    """A command that takes run ids, or every run of a flow in `status` with --flow."""
+    command = commands.add(verb, description, database=True, formats=runs.FORMATS)
+    command.add_argument(
+        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help=f"the runs to {verb}"
+    )
+    command.add_argument(
+        "--flow", dest="flow_slug", metavar="SLUG", help=f"every {status} run of this flow"
+    )
+    return command
 
 
 def _cancel(args: argparse.Namespace) -> int:
