@@ -4,7 +4,8 @@ Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one 
 batch from the flow queue, claim it with claim_tasks, complete the claimed tasks with one
 complete_tasks call (as the worker reports the results it collected), for RUNS runs of a 3-step
 sequential flow started beforehand (3 * RUNS tasks). The same loop completing each task with its
-own complete_task call is measured too. Every call is its own autocommit transaction, as a real
+own complete_task call is measured too, and the loop that reads and claims in one call
+(read_and_claim, engine 0012). Every call is its own autocommit transaction, as a real
 worker's. Prints tasks/s, msg/s and their ratios per batch size.
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3] [--batch 1 10 50]
@@ -89,9 +90,12 @@ def raw_pgmq(url: str, total: int, batch: int) -> float:
         return done / (time.perf_counter() - started)
 
 
-def engine(url: str, runs: int, batch: int, per_task: bool = False) -> tuple[float, float]:
+def engine(
+    url: str, runs: int, batch: int, per_task: bool = False, one_call: bool = False
+) -> tuple[float, float]:
     """(tasks per second of read + claim_tasks + complete_tasks, runs started per second);
-    with per_task, one complete_task call per task instead."""
+    with per_task, one complete_task call per task instead; with one_call, read_and_claim
+    (engine 0012) reads and claims in one call."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
         conn.execute("select pgflow.create_flow(%s)", (FLOW,))
@@ -111,15 +115,24 @@ def engine(url: str, runs: int, batch: int, per_task: bool = False) -> tuple[flo
         done = 0
         started = time.perf_counter()
         while done < total:
-            ids = [
-                r[0]
-                for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (QUEUE, batch))
-            ]
-            tasks = conn.execute(
-                "select run_id, step_slug, task_index, attempt"
-                " from pgflow.claim_tasks(%s, %s, %s, %s)",
-                (FLOW, ids, WORKER_ID, QUEUE),
-            ).fetchall()
+            if one_call:
+                tasks = conn.execute(
+                    "select run_id, step_slug, task_index, attempt"
+                    " from pgflow.read_and_claim(%s, %s, %s, %s, 30)",
+                    (FLOW, QUEUE, WORKER_ID, batch),
+                ).fetchall()
+            else:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "select msg_id from pgmq.read(%s, 30, %s)", (QUEUE, batch)
+                    )
+                ]
+                tasks = conn.execute(
+                    "select run_id, step_slug, task_index, attempt"
+                    " from pgflow.claim_tasks(%s, %s, %s, %s)",
+                    (FLOW, ids, WORKER_ID, QUEUE),
+                ).fetchall()
             if per_task:
                 for run_id, step_slug, task_index, attempt in tasks:
                     conn.execute(
@@ -168,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         for batch in args.batch:
-            raw, eng, single, starts = [], [], [], []
+            raw, eng, single, starts, one = [], [], [], [], []
             for _ in range(args.repeat):
                 with fresh_database(admin_url) as url:
                     raw.append(raw_pgmq(url, 3 * args.runs, batch))
@@ -178,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                     starts.append(start_rate)
                 with fresh_database(admin_url) as url:
                     single.append(engine(url, args.runs, batch, per_task=True)[0])
+                with fresh_database(admin_url) as url:
+                    one.append(engine(url, args.runs, batch, one_call=True)[0])
             # Each repeat measures raw PGMQ and the engine back to back, so the ratio is taken
             # per repeat (the machine's speed drifts between repeats) and its median shown.
             ratio = statistics.median(e / r for e, r in zip(eng, raw, strict=True))
@@ -192,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(eng, raw, strict=True))
             print(f"           engine ratio per repeat: {ratios}", flush=True)
+            one_ratio = statistics.median(e / r for e, r in zip(one, raw, strict=True))
+            one_ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(one, raw, strict=True))
+            print(
+                f"           read_and_claim (one call) {statistics.median(one):>8,.0f} tasks/s,"
+                f" ratio {one_ratio:6.1%}; per repeat: {one_ratios}",
+                flush=True,
+            )
             task_us = 1e6 / statistics.median(eng)
     # What the worker's output check adds, next to the engine's time per task (last batch size).
     for line in output_check.lines(task_us):

@@ -79,14 +79,23 @@ class Poller:
                 await asyncio.wait_for(slots.wake_poll.wait(), timeout=self.poll_interval)
 
     async def read_and_claim(self, session: Session, wanted: int) -> int:
-        """Read up to `wanted` messages, claim their tasks and start them; the number read."""
+        """Read up to `wanted` messages, claim their tasks and start them; the number read.
+        One call (engine 0012), or a read and a claim on an older engine."""
         a = self.assignment
-        ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
-        if not ids:
-            return 0
-        claimed, archived, held = await session.claim_tasks(
-            a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+        claim = await session.read_and_claim(
+            a.flow.slug, a.queue_name, self.worker_id, wanted, self.read_visibility, a.step_slug
         )
+        if claim is None:
+            ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
+            if not ids:
+                return 0
+            claim = await session.claim_tasks(
+                a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+            )
+            claim = claim._replace(
+                unclaimed=tuple(set(ids) - {task.msg_id for task in claim.tasks})
+            )
+        claimed, archived, held, unclaimed_read = claim
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         for task in claimed:
             self.slots.start(task)
@@ -99,7 +108,7 @@ class Poller:
                 ", ".join(map(str, archived)),
             )
         self._say_paused(held)
-        unclaimed = sorted(set(ids) - {task.msg_id for task in claimed} - set(archived) - set(held))
+        unclaimed = sorted(set(unclaimed_read) - set(archived) - set(held))
         own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:
@@ -112,7 +121,7 @@ class Poller:
                 ", ".join(map(str, foreign)),
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
             )
-        return len(ids)
+        return len(claimed) + len(unclaimed_read)
 
     def _say_paused(self, held: list[int]) -> None:
         """Log the messages of paused steps a claim held, each once (held messages come back

@@ -39,6 +39,9 @@ ENABLE_NOTIFICATIONS: Final[LiteralString] = "select pgmq.enable_notify_insert(%
 # -- polling -------------------------------------------------------------------------------------
 #: Read up to n visible messages and hide them for a while: (queue, seconds, n).
 READ_MESSAGES: Final[LiteralString] = "select msg_id from pgmq.read(%s, %s, %s)"
+#: Read up to n messages and claim their tasks in one call (engine 0012): (flow, queue, worker
+#: id, n, seconds hidden, step or NULL) -> the claimed tasks.
+READ_AND_CLAIM: Final[LiteralString] = "select * from pgflow.read_and_claim(%s, %s, %s, %s, %s, %s)"
 #: Claim the queued tasks of messages read, flow mode: (flow, msg ids, worker id, queue).
 CLAIM_TASKS: Final[LiteralString] = "select * from pgflow.claim_tasks(%s, %s, %s, %s)"
 #: The same for one step of a step-queued flow: (flow, msg ids, worker id, queue, step).

@@ -40,16 +40,20 @@ TaskRow = tuple[int, str] | None
 ARCHIVED_NOTICE = "claim_tasks archived"
 #: The start of the notice in which claim_tasks names the messages of paused steps it held.
 HELD_NOTICE = "claim_tasks held"
+#: The start of the notice in which read_and_claim (engine 0012) names what it left unclaimed.
+UNCLAIMED_NOTICE = "read_and_claim left"
 
 
 class Claim(NamedTuple):
     """What one claim did: the tasks it claimed, the messages read that it archived because
     their task no longer exists (a run deleted or pruned earlier), and those it held because
-    their step is paused (engine 0010)."""
+    their step is paused (engine 0010); a claim that read its messages itself also names every
+    message it read and did not claim (those archived and held among them)."""
 
     tasks: list[ClaimedTask]
     archived: list[int]
     held: list[int]
+    unclaimed: tuple[int, ...] = ()
 
 
 class Session(Protocol):
@@ -73,6 +77,19 @@ class Session(Protocol):
     ) -> None: ...
 
     # polling
+    async def read_and_claim(
+        self,
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Claim | None:
+        """Read up to `limit` messages and claim their tasks in one call; None on an engine
+        before 0012, which has no such call (then read_messages and claim_tasks)."""
+        ...
+
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]: ...
     async def claim_tasks(
         self,
@@ -132,7 +149,10 @@ class PsycopgSession:
         self.conn = conn
         self._archived: list[int] = []
         self._held: list[int] = []
-        self._permanent_failures = True  # until the engine says it has no such call
+        self._unclaimed: list[int] = []
+        # Until the engine says it has no such call:
+        self._permanent_failures = True
+        self._one_call_claims = True
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -195,6 +215,30 @@ class PsycopgSession:
             queries.REGISTER_WORKER, (worker_id, queue, name, flow_slug, step_slug)
         )
 
+    async def read_and_claim(
+        self,
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Claim | None:
+        if not self._one_call_claims:
+            return None
+        self._archived, self._held, self._unclaimed = [], [], []
+        try:
+            async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+                await claim.execute(
+                    queries.READ_AND_CLAIM,
+                    (flow_slug, queue, worker_id, limit, visibility, step_slug),
+                )
+                tasks = await claim.fetchall()
+        except psycopg.errors.UndefinedFunction:
+            self._one_call_claims = False  # an engine before 0012: two calls from now on
+            return None
+        return Claim(tasks, self._archived, self._held, tuple(self._unclaimed))
+
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
         cursor = await self.conn.execute(queries.READ_MESSAGES, (queue, visibility, limit))
         return [row[0] for row in await cursor.fetchall()]
@@ -219,12 +263,15 @@ class PsycopgSession:
 
     def _notice(self, diag: psycopg.errors.Diagnostic) -> None:
         """Collect the ids claim_tasks names in its archived-messages warning and its
-        held-messages notice (JSON details)."""
+        held-messages notice, and read_and_claim in its unclaimed-messages notice (JSON
+        details)."""
         primary = diag.message_primary or ""
         if primary.startswith(ARCHIVED_NOTICE):
             into, key = self._archived, "archived_message_ids"
         elif primary.startswith(HELD_NOTICE):
             into, key = self._held, "held_message_ids"
+        elif primary.startswith(UNCLAIMED_NOTICE):
+            into, key = self._unclaimed, "unclaimed_message_ids"
         else:
             return
         try:

@@ -33,7 +33,7 @@ def test_work_in_flight_survives_the_upgrade_and_completes(version_10: Engine) -
         "select run_id, step_slug, status, attempts_count from pgflow.step_tasks order by 1, 2"
     )
 
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0011"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0011")] == ["0011"]
 
     assert (
         engine.all(

@@ -68,6 +68,8 @@ class FakeEngine:
     )
     #: Every session opened, in order.
     sessions: list[FakeSession] = field(default_factory=list)
+    #: Whether the engine reads and claims in one call (engine 0012; else two calls).
+    one_call_claims: bool = True
     _next_id: int = 1
 
     def enqueue(self, count: int, timeout: int = 60) -> list[int]:
@@ -146,6 +148,25 @@ class FakeSession:
         self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
     ) -> None:
         self._call().registrations += 1
+
+    async def read_and_claim(
+        self,
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Claim | None:
+        """The read and the claim in one call, as engine 0012 has it (None: an older engine)."""
+        if not self.engine.one_call_claims:
+            return None
+        ids = await self.read_messages(queue, visibility, limit)
+        if not ids:
+            return Claim([], [], [])
+        claim = await self.claim_tasks(flow_slug, ids, worker_id, queue, step_slug)
+        claimed = {task.msg_id for task in claim.tasks}
+        return claim._replace(unclaimed=tuple(m for m in ids if m not in claimed))
 
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
         engine = self._call()

@@ -61,8 +61,13 @@ def gated() -> tuple[Callable[..., Any], threading.Event, list[int]]:
     return handler, gate, running
 
 
-def test_no_more_handlers_than_slots_and_every_task_once() -> None:
-    engine = FakeEngine("fake", "work")
+#: An engine that reads and claims in one call (0012), and one that takes two (before).
+ENGINES = pytest.mark.parametrize("one_call", [True, False], ids=["read_and_claim", "two_calls"])
+
+
+@ENGINES
+def test_no_more_handlers_than_slots_and_every_task_once(one_call: bool) -> None:
+    engine = FakeEngine("fake", "work", one_call_claims=one_call)
     engine.enqueue(10)
     handler, gate, running = gated()
 
@@ -145,10 +150,11 @@ def test_a_drain_lets_running_handlers_finish_and_report() -> None:
     assert engine.stopped
 
 
+@ENGINES
 def test_own_messages_read_again_get_their_lease_back_and_foreign_ones_are_named(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, one_call: bool
 ) -> None:
-    engine = FakeEngine("fake", "work")
+    engine = FakeEngine("fake", "work", one_call_claims=one_call)
     [mine] = engine.enqueue(1, timeout=40)
     handler, gate, _ = gated()
 
