@@ -1,6 +1,7 @@
 """End-to-end benchmarks: real worker processes from generated entry files, next to raw PGMQ.
 
-    .venv/bin/python benchmarks/e2e.py [--runs 1500] [--only throughput latency isolation idle]
+    .venv/bin/python benchmarks/e2e.py [--runs 1500]
+        [--only throughput latency isolation idle retry]
 
 1. throughput: a 3-step sequential step-queued flow (`benchChain`), one worker process per step;
    RUNS runs become visible at once; tasks/s until the last run completes. Raw PGMQ in the same
@@ -11,6 +12,9 @@
    (50 ms per task, 10 at a time) has a 500-task backlog, in queue mode step (`isoSteps`, a worker
    process per step) and flow mode (`isoFlow`, one worker process for both), next to its idle p95.
 4. idle: CPU and transactions per second of one idle worker over 20 s.
+5. retry: how late a retry starts after its delay ends: 50 runs of `benchRetry`, one every 100 ms,
+   whose task fails its first attempt (base_delay 1: the retry is due 2 s later); the lateness
+   is the retry's start minus the failure's time minus 2 s, both from the worker's clock.
 
 Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off), a fresh
 database per measurement, or PGFLOW_BENCH_DATABASE_URL.
@@ -171,6 +175,27 @@ def latency(url: str, runs: int = 300) -> list[float]:
     return [float(r[0]) for r in rows]
 
 
+def retry_lateness(url: str, runs: int = 50) -> list[float]:
+    """Milliseconds from the end of each retry's delay to its start."""
+    migrated(url)
+    with workers(url, "bench_retry.flaky"), psycopg.connect(url, autocommit=True) as conn:
+        for i in range(runs):
+            conn.execute("select pgflow.start_flow('benchRetry', %s)", (Jsonb({"i": i}),))
+            time.sleep(0.1)  # the arrival rate of the measurement, not a synchronisation
+        until(
+            lambda: (
+                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
+            ),
+            "every benchRetry run",
+        )
+        rows = conn.execute(
+            "select (output #>> '{}')::float8, substring(error_message from 'failed at ([0-9.]+)')"
+            " from pgflow.step_tasks where step_slug = 'flaky' and attempts_count = 2"
+        ).fetchall()
+    delay_s = 2.0  # base_delay * 2^1
+    return [1000 * (float(started) - float(failed) - delay_s) for started, failed in rows]
+
+
 def fast_latencies(conn: psycopg.Connection[Any], flow: str, run_ids: list[Any]) -> list[float]:
     until(
         lambda: count(
@@ -251,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=1500)
-    parser.add_argument("--only", nargs="+", default=["throughput", "latency", "isolation", "idle"])
+    parser.add_argument(
+        "--only", nargs="+", default=["throughput", "latency", "isolation", "idle", "retry"]
+    )
     args = parser.parse_args(argv)
     with server() as admin:
         if "throughput" in args.only:
@@ -287,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
             with fresh_database(admin) as url:
                 cpu, tps = idle_cost(url)
             print(f"idle worker: {cpu:.2f} % of a core, {tps:.2f} transactions/s")
+        if "retry" in args.only:
+            with fresh_database(admin) as url:
+                late = retry_lateness(url)
+            print(
+                f"retry lateness ({len(late)} retries, delay 2 s): p50 {percentile(late, 50):.1f}"
+                f" ms, p95 {percentile(late, 95):.1f} ms, max {max(late):.1f} ms"
+            )
     return 0
 
 

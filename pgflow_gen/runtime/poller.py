@@ -21,6 +21,9 @@ from pgflow_gen.runtime.slots import Slots
 
 #: How many held message ids the poller remembers, so that it logs each once.
 HELD_REMEMBERED = 10_000
+#: A poller woken for a hidden message that shows again wakes this much later, so that the
+#: message is visible by then (its time and the poller's clock are the database's and ours).
+WAKE_MARGIN_S = 0.005
 
 
 class Poller:
@@ -48,12 +51,16 @@ class Poller:
         self.stopping = stopping
         #: Held messages of paused steps already logged (see _say_paused).
         self._held_seen: set[int] = set()
+        #: Seconds until the queue's next hidden message shows again, from the last poll that
+        #: read less than it asked for (None: unknown, or nothing hidden).
+        self.next_visible_in: float | None = None
 
     async def run(self) -> None:
         """Poll until the worker stops."""
         slots = self.slots
         while not self.stopping():
             slots.wake_poll.clear()
+            self.next_visible_in = None
             free = slots.free()
             if free > 0:
                 wanted = min(self.batch_size, free)
@@ -75,8 +82,13 @@ class Poller:
                     read = 0
                 if read == wanted and not self.stopping():
                     continue  # there may be more waiting
+            # Asleep until a notification or a freed slot wakes it, or a hidden message (a
+            # retry waiting out its delay, say) shows again, or else the poll interval passes.
+            timeout = self.poll_interval
+            if self.next_visible_in is not None:
+                timeout = min(timeout, max(0.0, self.next_visible_in) + WAKE_MARGIN_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(slots.wake_poll.wait(), timeout=self.poll_interval)
+                await asyncio.wait_for(slots.wake_poll.wait(), timeout=timeout)
 
     async def read_and_claim(self, session: Session, wanted: int) -> int:
         """Read up to `wanted` messages, claim their tasks and start them; the number read.
@@ -95,7 +107,7 @@ class Poller:
             claim = claim._replace(
                 unclaimed=tuple(set(ids) - {task.msg_id for task in claim.tasks})
             )
-        claimed, archived, held, unclaimed_read = claim
+        claimed, archived, held, unclaimed_read, self.next_visible_in = claim
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         for task in claimed:
             self.slots.start(task)

@@ -9,6 +9,7 @@ A session raises psycopg's errors, the fake too: `links.connection_lost` tells a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -42,6 +43,8 @@ ARCHIVED_NOTICE = "claim_tasks archived"
 HELD_NOTICE = "claim_tasks held"
 #: The start of the notice in which read_and_claim (engine 0012) names what it left unclaimed.
 UNCLAIMED_NOTICE = "read_and_claim left"
+#: The start of its notice of when the queue's next hidden message shows again.
+NEXT_VISIBLE_NOTICE = "read_and_claim: the next message"
 
 
 class Claim(NamedTuple):
@@ -54,6 +57,10 @@ class Claim(NamedTuple):
     archived: list[int]
     held: list[int]
     unclaimed: tuple[int, ...] = ()
+    #: When it read fewer than it asked for: in how many seconds the queue's next hidden
+    #: message (a retry's delay, a start delay, a lease) shows again; None when none is hidden
+    #: or the engine does not say (before 0012).
+    next_visible_in: float | None = None
 
 
 class Session(Protocol):
@@ -150,6 +157,7 @@ class PsycopgSession:
         self._archived: list[int] = []
         self._held: list[int] = []
         self._unclaimed: list[int] = []
+        self._next_visible_in: float | None = None
         # Until the engine says it has no such call:
         self._permanent_failures = True
         self._one_call_claims = True
@@ -227,6 +235,7 @@ class PsycopgSession:
         if not self._one_call_claims:
             return None
         self._archived, self._held, self._unclaimed = [], [], []
+        self._next_visible_in = None
         try:
             async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
                 await claim.execute(
@@ -237,7 +246,9 @@ class PsycopgSession:
         except psycopg.errors.UndefinedFunction:
             self._one_call_claims = False  # an engine before 0012: two calls from now on
             return None
-        return Claim(tasks, self._archived, self._held, tuple(self._unclaimed))
+        return Claim(
+            tasks, self._archived, self._held, tuple(self._unclaimed), self._next_visible_in
+        )
 
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
         cursor = await self.conn.execute(queries.READ_MESSAGES, (queue, visibility, limit))
@@ -266,6 +277,12 @@ class PsycopgSession:
         held-messages notice, and read_and_claim in its unclaimed-messages notice (JSON
         details)."""
         primary = diag.message_primary or ""
+        if primary.startswith(NEXT_VISIBLE_NOTICE):
+            # Another detail than this release writes: the worker polls as before.
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                detail = json.loads(diag.message_detail or "")
+                self._next_visible_in = float(detail["next_visible_in_s"])
+            return
         if primary.startswith(ARCHIVED_NOTICE):
             into, key = self._archived, "archived_message_ids"
         elif primary.startswith(HELD_NOTICE):

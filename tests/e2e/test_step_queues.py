@@ -270,3 +270,14 @@ def test_an_entry_files_help_describes_its_worker_and_every_flag() -> None:
     for flag in flags:  # each flag is explained, with its default
         assert re.search(rf"{flag} [A-Z_]+ [A-Za-z].*?\(default: ", text), flag
     assert text.count("(default: ") == len(flags)
+
+
+def test_a_retry_wakes_its_worker_when_its_delay_ends_not_at_the_next_poll(
+    workers: Workers, db: Db
+) -> None:
+    # The first step's worker polls once a minute: only the engine saying when the retry's
+    # message shows again (read_and_claim's notice) wakes it within the test's deadline.
+    start_all(workers, "--poll-interval", "60")
+    run_id = db.start("e2eSteps", {"n": 1, "fail_first": 1})
+    assert db.finished(run_id, deadline=30)["status"] == "completed"
+    assert db.task(run_id, "first")["attempts_count"] == 2  # retried after base_delay * 2 = 2 s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from app.pgflow import iso_flow, iso_steps
+from app.pgflow import bench_retry, iso_flow, iso_steps
 from app.pgflow.bench_chain import Input, ThreeDeps, TwoDeps
 from pgflow_gen.runtime import Context
 
@@ -32,3 +32,10 @@ async def fast(
     flow_input: list[int], ctx: Context[iso_steps.Input] | Context[iso_flow.Input], /
 ) -> str:
     return "fast"
+
+
+def flaky(flow_input: bench_retry.Input, ctx: Context[bench_retry.Input], /) -> float:
+    """Fails its first attempt, saying when; returns when its retry started (the worker's clock)."""
+    if ctx.attempt == 1:
+        raise RuntimeError(f"failed at {time.time():.6f}")
+    return time.time()

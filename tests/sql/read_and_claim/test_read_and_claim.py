@@ -66,7 +66,10 @@ def test_it_reads_and_claims_in_one_call_as_the_two_step_claim_does(engine: Engi
     assert all(61 <= row["left"] <= 62 for row in leases)
     rest, _ = read_and_claim(engine, "chain", "chain")
     assert len(rest) == 1
-    assert read_and_claim(engine, "chain", "chain") == ([], [])
+    nothing, notices = read_and_claim(engine, "chain", "chain")
+    assert nothing == []
+    # Only the claimed tasks' messages are hidden: they show again at their lease's end.
+    assert 60 < detail(notices, "read_and_claim: the next message")["next_visible_in_s"] <= 62
     for task in [*claimed, *rest]:
         engine.complete(task, "done", fenced=True)
     [second] = read_and_claim(engine, "chain", "chain", qty=1)[0]
@@ -120,3 +123,18 @@ def test_a_paused_steps_messages_are_held_and_named_unclaimed_too(engine: Engine
         ]
         == 0
     )
+
+
+def test_a_short_read_says_when_the_next_hidden_message_shows_again(engine: Engine) -> None:
+    engine.flow("later", {"slug": "only", "start_delay": 30})
+    engine.start("later")
+
+    claimed, notices = read_and_claim(engine, "later", "later")
+
+    assert claimed == []
+    waits = detail(notices, "read_and_claim: the next message")["next_visible_in_s"]
+    assert 28 < waits <= 30
+    engine.make_visible("later")
+    [task], notices = read_and_claim(engine, "later", "later", qty=1)
+    assert task.step_slug == "only"
+    assert notices == []  # a full read says nothing: the worker polls again at once
