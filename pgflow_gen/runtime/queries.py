@@ -33,8 +33,16 @@ WORKER_LIVENESS: Final[LiteralString] = (
     " extract(epoch from live_within)::float8, extract(epoch from stalled_after)::float8"
     " from pgflow.worker_liveness()"
 )
-#: Make a queue's inserts notify, unthrottled: (queue).
+#: Make a queue's inserts notify, unthrottled, PGMQ's way (an engine before 0013): (queue).
 ENABLE_NOTIFICATIONS: Final[LiteralString] = "select pgmq.enable_notify_insert(%s, 0)"
+#: Whether the engine has its own insert notifications (engine 0013).
+ENGINE_HAS_NOTIFICATIONS: Final[LiteralString] = (
+    "select to_regprocedure('pgflow.enable_insert_notifications(text)') is not null"
+)
+#: One notification per inserting statement instead of PGMQ's per-row trigger: (queue).
+ENABLE_STATEMENT_NOTIFICATIONS: Final[LiteralString] = (
+    "select pgflow.enable_insert_notifications(%s)"
+)
 
 # -- polling -------------------------------------------------------------------------------------
 #: Read up to n visible messages and hide them for a while: (queue, seconds, n).

@@ -187,12 +187,16 @@ class PsycopgSession:
         return await startup.compile_flow(self.conn, flow, mode, route_map)
 
     async def enable_notifications(self, queue: str) -> bool:
-        """Make PGMQ notify on inserts into `queue`; False when this PGMQ has no notifications.
-        One worker at a time (an advisory lock), each queue once."""
+        """Make inserts into `queue` notify its listeners: once per statement (engine 0013), or
+        through PGMQ's per-row trigger on an older engine; False when neither can. One worker at
+        a time (an advisory lock), each queue once."""
         async with self.conn.transaction():
             await self.conn.execute(
                 queries.LOCK_FOR_TRANSACTION, (LOCK_NAMESPACE, NOTIFY_SETUP_LOCK)
             )
+            if await self._true(queries.ENGINE_HAS_NOTIFICATIONS, ()):
+                await self.conn.execute(queries.ENABLE_STATEMENT_NOTIFICATIONS, (queue,))
+                return True
             if not await self._true(queries.PGMQ_HAS_NOTIFICATIONS, ()):
                 return False
             if not await self._true(queries.QUEUE_NOTIFIES, (queue,)):

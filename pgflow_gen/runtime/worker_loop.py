@@ -345,8 +345,8 @@ class WorkerLoop:
             self.log.info("flow %s %s", a.flow.slug, compiled.summary)
 
     async def _enable_notifications(self, session: Session) -> bool:
-        """Make PGMQ notify on inserts into this queue; False when this PGMQ (or this role)
-        cannot, and the worker long-polls instead."""
+        """Make inserts into this queue notify the worker; False when the engine and PGMQ (or
+        this role) cannot, and the worker long-polls instead."""
         try:
             enabled = await session.enable_notifications(self.assignment.queue_name)
         except psycopg.Error as exc:

@@ -32,7 +32,7 @@ def test_work_queued_before_the_upgrade_is_claimed_in_one_call_after_it(
     engine = version_11
     engine.flow("single", {"slug": "only"})
     run_id = engine.start("single", {})
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0012"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0012")] == ["0012"]
     engine.register("single")
     [row] = engine.conn.execute(
         "select run_id, attempt from pgflow.read_and_claim('single', 'single', %s, 10, 30)",
