@@ -3,15 +3,18 @@
 Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one worker): read a
 batch from the flow queue, claim it with claim_tasks, complete the claimed tasks with one
 complete_tasks call (as the worker reports the results it collected), for RUNS runs of a 3-step
-sequential flow started beforehand (3 * RUNS tasks). The same loop completing each task with its
-own complete_task call is measured too, and the loop that reads and claims in one call
-(read_and_claim, engine 0012). Every call is its own autocommit transaction, as a real
+sequential flow started beforehand (3 * RUNS tasks). Also measured: the same loop completing each
+task with its own complete_task call; the loop that reads and claims in one call
+(read_and_claim, engine 0012); and the loop that completes a batch and claims the next one in
+one pipelined transaction. Every other call is its own autocommit transaction, as a real
 worker's. Prints tasks/s, msg/s and their ratios per batch size.
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3] [--batch 1 10 50]
+        [--durable]
 
 Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
-settings of the anchor figures), or PGFLOW_BENCH_DATABASE_URL (a role that may create databases).
+settings of the anchor figures), with `--durable` the server's defaults, or
+PGFLOW_BENCH_DATABASE_URL (a role that may create databases).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -41,13 +45,17 @@ WORKER_ID = uuid.uuid4()
 
 
 @contextmanager
-def server() -> Iterator[str]:
+def server(durable: bool = False) -> Iterator[str]:
+    """A fresh embedded server: fast settings (fsync, synchronous_commit and full_page_writes
+    off), or with `durable` the server defaults; or PGFLOW_BENCH_DATABASE_URL as it is."""
     external = os.environ.get("PGFLOW_BENCH_DATABASE_URL")
     if external:
         yield external
         return
     base = Path(tempfile.mkdtemp(prefix="pgflow-bench-"))
-    instance = embedded.EmbeddedServer(base, embedded.default_bin_dir(), fast=True, local=False)
+    instance = embedded.EmbeddedServer(
+        base, embedded.default_bin_dir(), fast=not durable, local=False
+    )
     try:
         yield instance.ensure_started()
     finally:
@@ -91,11 +99,17 @@ def raw_pgmq(url: str, total: int, batch: int) -> float:
 
 
 def engine(
-    url: str, runs: int, batch: int, per_task: bool = False, one_call: bool = False
+    url: str,
+    runs: int,
+    batch: int,
+    per_task: bool = False,
+    one_call: bool = False,
+    one_transaction: bool = False,
 ) -> tuple[float, float]:
     """(tasks per second of read + claim_tasks + complete_tasks, runs started per second);
     with per_task, one complete_task call per task instead; with one_call, read_and_claim
-    (engine 0012) reads and claims in one call."""
+    (engine 0012) reads and claims in one call; with one_transaction, the batch's completion
+    and the next read_and_claim go in one transaction, pipelined (one round trip, one commit)."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
         conn.execute("select pgflow.create_flow(%s)", (FLOW,))
@@ -114,6 +128,8 @@ def engine(
         total = 3 * runs
         done = 0
         started = time.perf_counter()
+        if one_transaction:
+            return _one_transaction_loop(conn, total, batch, output), start_rate
         while done < total:
             if one_call:
                 tasks = conn.execute(
@@ -159,6 +175,37 @@ def engine(
         return total / elapsed, start_rate
 
 
+def _one_transaction_loop(
+    conn: psycopg.Connection[Any], total: int, batch: int, output: Jsonb
+) -> float:
+    """Tasks per second when each completion shares its transaction (and round trip) with the
+    next claim."""
+    claim = (
+        "select run_id, step_slug, task_index, attempt"
+        " from pgflow.read_and_claim(%s, %s, %s, %s, 30)"
+    )
+    done = 0
+    started = time.perf_counter()
+    tasks = conn.execute(claim, (FLOW, QUEUE, WORKER_ID, batch)).fetchall()
+    while done < total:
+        done += len(tasks)
+        with conn.pipeline(), conn.transaction():
+            if tasks:
+                conn.execute(
+                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
+                    (
+                        [task[0] for task in tasks],
+                        [task[1] for task in tasks],
+                        [task[2] for task in tasks],
+                        [output] * len(tasks),
+                        [task[3] for task in tasks],
+                    ),
+                )
+            cursor = conn.execute(claim, (FLOW, QUEUE, WORKER_ID, batch))
+        tasks = cursor.fetchall()
+    return total / (time.perf_counter() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,18 +217,22 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="measurements per figure; the median is shown"
     )
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument(
+        "--durable", action="store_true", help="the server's durable defaults (fsync on)"
+    )
     args = parser.parse_args(argv)
 
-    with server() as admin_url:
+    with server(args.durable) as admin_url:
         with psycopg.connect(admin_url) as conn:
             version = conn.execute("show server_version").fetchone()
         print(
             f"PostgreSQL {version[0] if version else '?'}, PGMQ {migrations.pgmq_sql()[1]}, "
-            f"{args.runs} runs x 3 steps, median of {args.repeat}",
+            f"{args.runs} runs x 3 steps, median of {args.repeat},"
+            f" {'durable (server defaults)' if args.durable else 'fast settings'}",
             flush=True,
         )
         for batch in args.batch:
-            raw, eng, single, starts, one = [], [], [], [], []
+            raw, eng, single, starts, one, joint = [], [], [], [], [], []
             for _ in range(args.repeat):
                 with fresh_database(admin_url) as url:
                     raw.append(raw_pgmq(url, 3 * args.runs, batch))
@@ -193,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                     single.append(engine(url, args.runs, batch, per_task=True)[0])
                 with fresh_database(admin_url) as url:
                     one.append(engine(url, args.runs, batch, one_call=True)[0])
+                with fresh_database(admin_url) as url:
+                    joint.append(engine(url, args.runs, batch, one_transaction=True)[0])
             # Each repeat measures raw PGMQ and the engine back to back, so the ratio is taken
             # per repeat (the machine's speed drifts between repeats) and its median shown.
             ratio = statistics.median(e / r for e, r in zip(eng, raw, strict=True))
@@ -212,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"           read_and_claim (one call) {statistics.median(one):>8,.0f} tasks/s,"
                 f" ratio {one_ratio:6.1%}; per repeat: {one_ratios}",
+                flush=True,
+            )
+            joint_ratio = statistics.median(e / r for e, r in zip(joint, raw, strict=True))
+            joint_ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(joint, raw, strict=True))
+            print(
+                f"           complete + read_and_claim in one transaction"
+                f" {statistics.median(joint):>8,.0f} tasks/s, ratio {joint_ratio:6.1%};"
+                f" per repeat: {joint_ratios}",
                 flush=True,
             )
             task_us = 1e6 / statistics.median(eng)
