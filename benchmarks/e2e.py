@@ -86,6 +86,14 @@ def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE_S) -> 
         time.sleep(0.02)
 
 
+def until_completed(conn: psycopg.Connection[Any], runs: int, flow: str) -> None:
+    """Wait until `runs` runs (every run there is) have completed."""
+    until(
+        lambda: count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs,
+        f"every {flow} run",
+    )
+
+
 def count(conn: psycopg.Connection[Any], query: str, *params: Any) -> int:
     row = conn.execute(query, params).fetchone()
     return int(row[0]) if row else 0
@@ -144,12 +152,7 @@ def throughput(url: str, runs: int) -> float:
             (runs,),
         )  # one transaction: every first task becomes visible at the same moment
         started = time.perf_counter()
-        until(
-            lambda: (
-                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
-            ),
-            "every benchChain run",
-        )
+        until_completed(conn, runs, "benchChain")
         return 3 * runs / (time.perf_counter() - started)
 
 
@@ -159,12 +162,7 @@ def latency(url: str, runs: int = 300) -> list[float]:
         for i in range(runs):
             conn.execute("select pgflow.start_flow('benchChain', %s)", (Jsonb({"i": i}),))
             time.sleep(0.02)  # the arrival rate of the measurement, not a synchronisation
-        until(
-            lambda: (
-                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
-            ),
-            "every benchChain run",
-        )
+        until_completed(conn, runs, "benchChain")
         rows = conn.execute(
             "select extract(epoch from (t.started_at - d.completed_at)) * 1000"
             " from pgflow.step_tasks as t"
@@ -182,12 +180,7 @@ def retry_lateness(url: str, runs: int = 50) -> list[float]:
         for i in range(runs):
             conn.execute("select pgflow.start_flow('benchRetry', %s)", (Jsonb({"i": i}),))
             time.sleep(0.1)  # the arrival rate of the measurement, not a synchronisation
-        until(
-            lambda: (
-                count(conn, "select count(*) from pgflow.runs where status = 'completed'") == runs
-            ),
-            "every benchRetry run",
-        )
+        until_completed(conn, runs, "benchRetry")
         rows = conn.execute(
             "select (output #>> '{}')::float8, substring(error_message from 'failed at ([0-9.]+)')"
             " from pgflow.step_tasks where step_slug = 'flaky' and attempts_count = 2"

@@ -129,7 +129,9 @@ def engine(
         done = 0
         started = time.perf_counter()
         if one_transaction:
-            return _one_transaction_loop(conn, total, batch, output), start_rate
+            rate = _one_transaction_loop(conn, total, batch, output)
+            _assert_completed(conn, runs)
+            return rate, start_rate
         while done < total:
             if one_call:
                 tasks = conn.execute(
@@ -156,23 +158,32 @@ def engine(
                         (run_id, step_slug, task_index, output, attempt),
                     )
             elif tasks:
-                conn.execute(
-                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
-                    (
-                        [task[0] for task in tasks],
-                        [task[1] for task in tasks],
-                        [task[2] for task in tasks],
-                        [output] * len(tasks),
-                        [task[3] for task in tasks],
-                    ),
-                )
+                complete_batch(conn, tasks, output)
             done += len(tasks)
         elapsed = time.perf_counter() - started
-        completed = conn.execute(
-            "select count(*) from pgflow.runs where status = 'completed'"
-        ).fetchone()
-        assert completed == (runs,), f"only {completed} of {runs} runs completed"
+        _assert_completed(conn, runs)
         return total / elapsed, start_rate
+
+
+def complete_batch(conn: psycopg.Connection[Any], tasks: list[Any], output: Jsonb) -> None:
+    """One complete_tasks call for claimed (run_id, step_slug, task_index, attempt) rows."""
+    conn.execute(
+        "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
+        (
+            [task[0] for task in tasks],
+            [task[1] for task in tasks],
+            [task[2] for task in tasks],
+            [output] * len(tasks),
+            [task[3] for task in tasks],
+        ),
+    )
+
+
+def _assert_completed(conn: psycopg.Connection[Any], runs: int) -> None:
+    completed = conn.execute(
+        "select count(*) from pgflow.runs where status = 'completed'"
+    ).fetchone()
+    assert completed == (runs,), f"only {completed} of {runs} runs completed"
 
 
 def _one_transaction_loop(
@@ -191,16 +202,7 @@ def _one_transaction_loop(
         done += len(tasks)
         with conn.pipeline(), conn.transaction():
             if tasks:
-                conn.execute(
-                    "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
-                    (
-                        [task[0] for task in tasks],
-                        [task[1] for task in tasks],
-                        [task[2] for task in tasks],
-                        [output] * len(tasks),
-                        [task[3] for task in tasks],
-                    ),
-                )
+                complete_batch(conn, tasks, output)
             cursor = conn.execute(claim, (FLOW, QUEUE, WORKER_ID, batch))
         tasks = cursor.fetchall()
     return total / (time.perf_counter() - started)

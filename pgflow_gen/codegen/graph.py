@@ -63,9 +63,7 @@ def metadata(spec: model.FlowSpec) -> dict[str, Any]:
                     "timeout": step.signal.timeout,
                     "payload": None
                     if step.signal.payload is None
-                    else step.signal.payload.model_dump(
-                        by_alias=True, exclude_unset=True, mode="json"
-                    ),
+                    else step.signal.payload.as_json(),
                 },
             }
             for step, route in zip(spec.steps, routes, strict=True)

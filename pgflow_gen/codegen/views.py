@@ -274,11 +274,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
     runtime_imports += ["handler_import_failed", "run_main", "start_worker"]
 
-    input_schema = (
-        None
-        if spec.input is None
-        else spec.input.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    )
+    input_schema = None if spec.input is None else spec.input.as_json()
     flow_shape = shapes.flow(
         [_shape_step(s, _dependencies(s)) for s in spec.steps],
         max_attempts=spec.options.max_attempts,
@@ -479,40 +475,34 @@ def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
 
 
 def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
-    """The step as `Step.shape()` gives it at run time (a test keeps the two equal)."""
-    if step.signal is not None:
-        return shapes.step(
-            slug=step.slug,
-            step_type="signal",
-            dependencies=dependencies,
-            when_unmet=step.when_unmet or "skip",
-            when_exhausted=step.when_exhausted,
-            required_input_pattern=step.if_,
-            forbidden_input_pattern=step.if_not,
-            timeout=step.signal.timeout,
-            payload_schema=_schema(step.signal.payload) or {},
-        )
+    """The step as `Step.shape()` gives it at run time (a test keeps the two equal): a signal
+    step has one option, its timeout, and always a payload schema ({}: any JSON)."""
+    options = _engine_options(step)
     return shapes.step(
         slug=step.slug,
-        step_type=step.type,
+        step_type=step.step_type,
         dependencies=dependencies,
         when_unmet=step.when_unmet or "skip",
         when_exhausted=step.when_exhausted,
         required_input_pattern=step.if_,
         forbidden_input_pattern=step.if_not,
-        max_attempts=step.options.max_attempts,
-        base_delay=step.options.base_delay,
-        timeout=step.options.timeout,
-        start_delay=step.options.start_delay,
+        max_attempts=options.get("max_attempts"),
+        base_delay=options.get("base_delay"),
+        timeout=options.get("timeout"),
+        start_delay=options.get("start_delay"),
+        payload_schema=None if step.signal is None else _schema(step.signal.payload) or {},
     )
 
 
+def _engine_options(step: model.StepSpec) -> dict[str, int | None]:
+    """The options the engine keeps for the step: a signal step's one is how long it waits."""
+    if step.signal is not None:
+        return {"timeout": step.signal.timeout}
+    return step.options.engine_options()
+
+
 def _schema(schema: model.TypeSchema | None) -> dict[str, Any] | None:
-    """A schema as the spec wrote it, as JSON."""
-    if schema is None:
-        return None
-    dumped: dict[str, Any] = schema.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    return dumped
+    return None if schema is None else schema.as_json()
 
 
 def _retry_not_on(retry: model.RetryOptions | None) -> tuple[layout.Pair, ...]:
@@ -548,14 +538,9 @@ def _step_definition(step: model.StepSpec) -> tuple[layout.Expr, ...]:
         args.append(arg("required_input_pattern", literals.value(step.if_)))
     if step.if_not is not None:
         args.append(arg("forbidden_input_pattern", literals.value(step.if_not)))
-    engine_options = (
-        {"timeout": step.signal.timeout}
-        if step.signal is not None
-        else step.options.engine_options()
-    )
     options = tuple(
         arg(key, layout.Atom(str(value)))
-        for key, value in engine_options.items()
+        for key, value in _engine_options(step).items()
         if value is not None
     ) + _retry_not_on(step.options.retry)
     if options:

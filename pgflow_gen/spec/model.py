@@ -41,6 +41,11 @@ class TypeSchema(_Strict):
     defs: dict[str, TypeSchema] | None = Field(default=None, alias="$defs")
     ref: str | None = Field(default=None, alias="$ref", pattern=r"^#/\$defs/[A-Za-z0-9_]+$")
 
+    def as_json(self) -> dict[str, Any]:
+        """The schema as the spec wrote it (its keys' spelling, nothing unset added), as JSON."""
+        dumped: dict[str, Any] = self.model_dump(by_alias=True, exclude_unset=True, mode="json")
+        return dumped
+
     def referenced_defs(self) -> set[str]:
         """The `$defs` keys this schema refers to with `$ref`, anywhere inside it (not inside
         nested `$defs`, which are not a scope of their own)."""
