@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -102,37 +101,6 @@ def count(conn: psycopg.Connection[Any], query: str, *params: Any) -> int:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def raw_pgmq_parallel(url: str, total: int, batch: int, clients: int) -> float:
-    """Messages per second of `clients` raw PGMQ loops at once, one queue each."""
-    results: list[float] = []
-    barrier = threading.Barrier(clients)
-
-    def loop(index: int) -> None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("select pgmq.create(%s)", (f"raw{index}",))
-            payload = [Jsonb({"task_index": 0})] * batch
-            barrier.wait()
-            done = 0
-            started = time.perf_counter()
-            while done < total:
-                conn.execute("select pgmq.send_batch(%s, %s::jsonb[])", (f"raw{index}", payload))
-                ids = [r[0] for r in conn.execute(
-                    "select msg_id from pgmq.read(%s, 30, %s)", (f"raw{index}", batch)
-                )]  # fmt: skip
-                conn.execute("select pgmq.archive(%s, %s::bigint[])", (f"raw{index}", ids))
-                done += len(ids)
-            results.append(done / (time.perf_counter() - started))
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrations.ensure_pgmq(conn)
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(results)
 
 
 def migrated(url: str) -> None:
@@ -276,9 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     with server() as admin:
         if "throughput" in args.only:
             with fresh_database(admin) as url:
-                raw1 = raw_pgmq(url, 6000, 10)
+                raw1 = raw_pgmq(url, 6000, 10).rate
             with fresh_database(admin) as url:
-                raw3 = raw_pgmq_parallel(url, 6000, 10, 3)
+                raw3 = raw_pgmq(url, 6000, 10, 3).rate
             with fresh_database(admin) as url:
                 rate = throughput(url, args.runs)
             print(f"throughput: {rate:,.0f} tasks/s ({args.runs} runs x 3 steps, 3 workers)")

@@ -1,16 +1,26 @@
 """Engine throughput next to raw PGMQ, measured in the same run on the same server.
 
-Raw PGMQ loop (one client): send a batch, read it, archive it. Engine loop (one worker): read a
-batch from the flow queue, claim it with claim_tasks, complete the claimed tasks with one
-complete_tasks call (as the worker reports the results it collected), for RUNS runs of a 3-step
-sequential flow started beforehand (3 * RUNS tasks). Also measured: the same loop completing each
-task with its own complete_task call; the loop that reads and claims in one call
-(read_and_claim, engine 0012); and the loop that completes a batch and claims the next one in
-one pipelined transaction. Every other call is its own autocommit transaction, as a real
-worker's. Prints tasks/s, msg/s and their ratios per batch size.
+Raw PGMQ loop: send a batch, read it, archive it. Engine loops, for RUNS runs of a 3-step
+sequential flow started beforehand (3 * RUNS tasks), each claiming at most a batch at a time:
 
-    .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3] [--batch 1 10 50]
-        [--durable]
+- `two calls`: pgmq.read, then claim_tasks (the worker's poll before engine 0012);
+- `read_and_claim`: one read_and_claim call (the poll of workers since 0012);
+
+each followed by one completion call for what it claimed (complete_task for a single task, as a
+worker sends a lone result; complete_tasks for several, as it sends results that finished
+together); and
+
+- `complete_and_claim`: the batch's completion and the next claim in one call (engine 0014,
+  what a busy worker sends when it has results and free slots at once).
+
+Every call is its own autocommit transaction, as a real worker's. With `--clients 3`, three
+processes run each loop at once: raw PGMQ with one queue each; the engine as three workers on
+the flow's one queue (`flow queue`), and as one worker per step of a step-queued copy of the
+flow (`step queues`). Prints tasks/s, msg/s, their ratio per repeat and its median, and the
+server CPU time per task (the client backends' CPU, read from /proc when the server is local).
+
+    .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3]
+        [--batch 1 10 50] [--clients 1 3] [--durable] [--only read_and_claim ...]
 
 Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
 settings of the anchor figures), with `--durable` the server's defaults, or
@@ -20,14 +30,16 @@ PGFLOW_BENCH_DATABASE_URL (a role that may create databases).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +52,10 @@ from benchmarks import output_check
 from pgflow_gen.runtime import embedded, migrations
 
 FLOW = "benchChain"
-QUEUE = FLOW.lower()
-WORKER_ID = uuid.uuid4()
+STEPS = ("one", "two", "three")
+OUTPUT = {"ok": True}
+#: Engine loops by name, in the order they are printed.
+ENGINE_LOOPS = ("two_calls", "read_and_claim", "complete_and_claim")
 
 
 @contextmanager
@@ -76,136 +90,260 @@ def fresh_database(admin_url: str) -> Iterator[str]:
             conn.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
 
 
-def raw_pgmq(url: str, total: int, batch: int) -> float:
-    """Messages per second of send + read + archive in batches of `batch`."""
+@dataclass(frozen=True)
+class Result:
+    """Items (messages or tasks) per second, and the server's CPU time per item in us (None
+    when the server's processes cannot be read from here)."""
+
+    rate: float
+    server_us: float | None
+
+
+def backend_cpu(conn: psycopg.Connection[Any]) -> float | None:
+    """CPU seconds the connection's server process has used (None: not a local process)."""
+    pid = conn.info.backend_pid
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_parallel(url: str, loops: Sequence[Callable[[psycopg.Connection[Any]], int]]) -> Result:
+    """Run each loop in a process of its own on its own connection, all released at once;
+    items per second from the release until the last one ends."""
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(len(loops) + 1)
+    done = context.Queue()
+    processes = [
+        context.Process(target=_client, args=(url, loop, barrier, done), daemon=True)
+        for loop in loops
+    ]
+    for process in processes:
+        process.start()
+    barrier.wait(timeout=60)
+    started = time.perf_counter()
+    results = [done.get(timeout=600) for _ in processes]
+    elapsed = time.perf_counter() - started
+    for process in processes:
+        process.join(timeout=60)
+        if process.exitcode != 0:
+            raise RuntimeError(f"a benchmark client exited with {process.exitcode}")
+    failures = [r for r in results if isinstance(r, str)]
+    if failures:
+        raise RuntimeError(failures[0])
+    items = sum(r[0] for r in results)
+    cpus = [r[1] for r in results]
+    server_us = None if None in cpus else 1e6 * sum(cpus) / items
+    return Result(items / elapsed, server_us)
+
+
+def _client(
+    url: str,
+    loop: Callable[[psycopg.Connection[Any]], int],
+    barrier: Any,
+    done: Any,
+) -> None:
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            barrier.wait(timeout=60)
+            before = backend_cpu(conn)
+            items = loop(conn)
+            after = backend_cpu(conn)
+            cpu = None if before is None or after is None else after - before
+            done.put((items, cpu))
+    except Exception as exc:  # reported by the parent, which then fails the measurement
+        done.put(f"{type(exc).__name__}: {exc}")
+
+
+# Raw PGMQ
+
+
+def raw_pgmq(url: str, total: int, batch: int, clients: int = 1) -> Result:
+    """send + read + archive in batches of `batch`, `total` messages per client, one queue
+    per client."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.ensure_pgmq(conn)
-        conn.execute("select pgmq.create('raw')")
-        payload = [
-            Jsonb(
-                {"flow_slug": FLOW, "run_id": str(uuid.uuid4()), "step_slug": "s", "task_index": 0}
-            )
-        ] * batch
+        for index in range(clients):
+            conn.execute("select pgmq.create(%s)", (f"raw{index}",))
+    loops = [_raw_loop(f"raw{index}", total, batch) for index in range(clients)]
+    return in_parallel(url, loops)
+
+
+def _raw_loop(queue: str, total: int, batch: int) -> Callable[[psycopg.Connection[Any]], int]:
+    payload = [
+        Jsonb({"flow_slug": FLOW, "run_id": str(uuid.uuid4()), "step_slug": "s", "task_index": 0})
+    ] * batch
+
+    def loop(conn: psycopg.Connection[Any]) -> int:
         done = 0
-        started = time.perf_counter()
         while done < total:
-            conn.execute("select pgmq.send_batch('raw', %s::jsonb[])", (payload,))
+            conn.execute("select pgmq.send_batch(%s, %s::jsonb[])", (queue, payload))
             ids = [
-                r[0] for r in conn.execute("select msg_id from pgmq.read('raw', 30, %s)", (batch,))
+                r[0]
+                for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (queue, batch))
             ]
-            conn.execute("select pgmq.archive('raw', %s::bigint[])", (ids,))
+            conn.execute("select pgmq.archive(%s, %s::bigint[])", (queue, ids))
             done += len(ids)
-        return done / (time.perf_counter() - started)
+        return done
+
+    return loop
+
+
+# The engine
+
+
+@dataclass(frozen=True)
+class Route:
+    """What one engine client claims from: its queue, and the step in a step-queued flow."""
+
+    queue: str
+    step: str | None
+    worker_id: uuid.UUID
 
 
 def engine(
-    url: str,
-    runs: int,
-    batch: int,
-    per_task: bool = False,
-    one_call: bool = False,
-    one_transaction: bool = False,
-) -> tuple[float, float]:
-    """(tasks per second of read + claim_tasks + complete_tasks, runs started per second);
-    with per_task, one complete_task call per task instead; with one_call, read_and_claim
-    (engine 0012) reads and claims in one call; with one_transaction, the batch's completion
-    and the next read_and_claim go in one transaction, pipelined (one round trip, one commit)."""
+    url: str, runs: int, batch: int, loop: str, clients: int = 1, step_queues: bool = False
+) -> tuple[Result, float]:
+    """(tasks per second of `loop`, runs started per second) for `runs` runs of the chain,
+    with `clients` workers on the flow's queue, or one per step with `step_queues`."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
-        conn.execute("select pgflow.create_flow(%s)", (FLOW,))
-        previous: list[str] = []
-        for step in ("one", "two", "three"):
-            conn.execute("select pgflow.add_step(%s, %s, %s)", (FLOW, step, previous))
-            previous = [step]
-        conn.execute("select pgflow.register_worker(%s, %s, 'bench')", (WORKER_ID, QUEUE))
-
+        routes = define_chain(conn, clients, step_queues)
         started = time.perf_counter()
         for i in range(runs):
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
         start_rate = runs / (time.perf_counter() - started)
+    result = in_parallel(url, [_engine_loop(loop, route, batch) for route in routes])
+    with psycopg.connect(url, autocommit=True) as conn:
+        completed = conn.execute(
+            "select count(*) from pgflow.runs where status = 'completed'"
+        ).fetchone()
+    assert completed == (runs,), f"only {completed} of {runs} runs completed"
+    return result, start_rate
 
-        output = Jsonb({"ok": True})
-        total = 3 * runs
+
+def define_chain(conn: psycopg.Connection[Any], clients: int, step_queues: bool) -> list[Route]:
+    """The 3-step chain, in queue mode flow (`clients` workers on its queue) or step (one
+    worker per step); registers the workers and returns their routes."""
+    if step_queues:
+        shape = {
+            "steps": [
+                {
+                    "slug": step,
+                    "stepType": "single",
+                    "dependencies": [STEPS[index - 1]] if index else [],
+                    "whenUnmet": "skip",
+                    "whenExhausted": "fail",
+                    "requiredInputPattern": {"defined": False},
+                    "forbiddenInputPattern": {"defined": False},
+                }
+                for index, step in enumerate(STEPS)
+            ]
+        }
+        routes = [Route(f"{FLOW.lower()}__{step}", step, uuid.uuid4()) for step in STEPS]
+        route_map = [{"stepSlug": r.step, "queueName": r.queue} for r in routes]
+        conn.execute(
+            "select pgflow.ensure_flow_compiled(%s, %s, 'step', %s)",
+            (FLOW, Jsonb(shape), Jsonb(route_map)),
+        )
+    else:
+        conn.execute("select pgflow.create_flow(%s)", (FLOW,))
+        previous: list[str] = []
+        for step in STEPS:
+            conn.execute("select pgflow.add_step(%s, %s, %s)", (FLOW, step, previous))
+            previous = [step]
+        routes = [Route(FLOW.lower(), None, uuid.uuid4()) for _ in range(clients)]
+    for route in routes:
+        conn.execute(
+            "select pgflow.register_worker(%s, %s, 'bench', %s, %s)",
+            (route.worker_id, route.queue, FLOW, route.step),
+        )
+    return routes
+
+
+CLAIMED = "select run_id, step_slug, task_index, attempt from "
+
+
+def _engine_loop(name: str, route: Route, batch: int) -> Callable[[psycopg.Connection[Any]], int]:
+    selector = (FLOW, route.queue, route.worker_id)
+
+    def read_and_claim(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute(
+            CLAIMED + "pgflow.read_and_claim(%s, %s, %s, %s, 30, %s)",
+            (*selector, batch, route.step),
+        ).fetchall()
+
+    def two_calls(conn: psycopg.Connection[Any]) -> list[Any]:
+        ids = [
+            r[0]
+            for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (route.queue, batch))
+        ]
+        return conn.execute(
+            CLAIMED + "pgflow.claim_tasks(%s, %s, %s, %s, %s)",
+            (FLOW, ids, route.worker_id, route.queue, route.step),
+        ).fetchall()
+
+    def complete_and_claim(conn: psycopg.Connection[Any], tasks: list[Any]) -> list[Any]:
+        return conn.execute(
+            CLAIMED + "pgflow.complete_and_claim(%s, %s, %s, %s, 30, %s, %s, %s, %s,"
+            " %s::jsonb[], %s::int[])",
+            (*selector, batch, route.step, *_columns(tasks)),
+        ).fetchall()
+
+    def loop(conn: psycopg.Connection[Any]) -> int:
+        claim = two_calls if name == "two_calls" else read_and_claim
         done = 0
-        started = time.perf_counter()
-        if one_transaction:
-            rate = _one_transaction_loop(conn, total, batch, output)
-            _assert_completed(conn, runs)
-            return rate, start_rate
-        while done < total:
-            if one_call:
-                tasks = conn.execute(
-                    "select run_id, step_slug, task_index, attempt"
-                    " from pgflow.read_and_claim(%s, %s, %s, %s, 30)",
-                    (FLOW, QUEUE, WORKER_ID, batch),
-                ).fetchall()
-            else:
-                ids = [
-                    r[0]
-                    for r in conn.execute(
-                        "select msg_id from pgmq.read(%s, 30, %s)", (QUEUE, batch)
-                    )
-                ]
-                tasks = conn.execute(
-                    "select run_id, step_slug, task_index, attempt"
-                    " from pgflow.claim_tasks(%s, %s, %s, %s)",
-                    (FLOW, ids, WORKER_ID, QUEUE),
-                ).fetchall()
-            if per_task:
-                for run_id, step_slug, task_index, attempt in tasks:
-                    conn.execute(
-                        "select 1 from pgflow.complete_task(%s, %s, %s, %s, %s)",
-                        (run_id, step_slug, task_index, output, attempt),
-                    )
-            elif tasks:
-                complete_batch(conn, tasks, output)
+        tasks = claim(conn)
+        while True:
+            if not tasks:
+                if _all_runs_finished(conn):
+                    return done
+                tasks = claim(conn)
+                continue
             done += len(tasks)
-        elapsed = time.perf_counter() - started
-        _assert_completed(conn, runs)
-        return total / elapsed, start_rate
+            if name == "complete_and_claim":
+                tasks = complete_and_claim(conn, tasks)
+            else:
+                complete(conn, tasks)
+                tasks = claim(conn)
+
+    return loop
 
 
-def complete_batch(conn: psycopg.Connection[Any], tasks: list[Any], output: Jsonb) -> None:
-    """One complete_tasks call for claimed (run_id, step_slug, task_index, attempt) rows."""
+def _columns(tasks: list[Any]) -> tuple[list[Any], ...]:
+    """The completion's arrays for claimed (run_id, step_slug, task_index, attempt) rows."""
+    return (
+        [task[0] for task in tasks],
+        [task[1] for task in tasks],
+        [task[2] for task in tasks],
+        [Jsonb(OUTPUT)] * len(tasks),
+        [task[3] for task in tasks],
+    )
+
+
+def complete(conn: psycopg.Connection[Any], tasks: list[Any]) -> None:
+    """Complete claimed (run_id, step_slug, task_index, attempt) rows as a worker reports
+    them: complete_task for one, one complete_tasks call for several."""
+    if len(tasks) == 1:
+        run_id, step_slug, task_index, attempt = tasks[0]
+        conn.execute(
+            "select 1 from pgflow.complete_task(%s, %s, %s, %s, %s)",
+            (run_id, step_slug, task_index, Jsonb(OUTPUT), attempt),
+        )
+        return
     conn.execute(
         "select 1 from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])",
-        (
-            [task[0] for task in tasks],
-            [task[1] for task in tasks],
-            [task[2] for task in tasks],
-            [output] * len(tasks),
-            [task[3] for task in tasks],
-        ),
+        _columns(tasks),
     )
 
 
-def _assert_completed(conn: psycopg.Connection[Any], runs: int) -> None:
-    completed = conn.execute(
-        "select count(*) from pgflow.runs where status = 'completed'"
-    ).fetchone()
-    assert completed == (runs,), f"only {completed} of {runs} runs completed"
+def _all_runs_finished(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("select count(*) from pgflow.runs where status = 'started'").fetchone()
+    return row == (0,)
 
 
-def _one_transaction_loop(
-    conn: psycopg.Connection[Any], total: int, batch: int, output: Jsonb
-) -> float:
-    """Tasks per second when each completion shares its transaction (and round trip) with the
-    next claim."""
-    claim = (
-        "select run_id, step_slug, task_index, attempt"
-        " from pgflow.read_and_claim(%s, %s, %s, %s, 30)"
-    )
-    done = 0
-    started = time.perf_counter()
-    tasks = conn.execute(claim, (FLOW, QUEUE, WORKER_ID, batch)).fetchall()
-    while done < total:
-        done += len(tasks)
-        with conn.pipeline(), conn.transaction():
-            if tasks:
-                complete_batch(conn, tasks, output)
-            cursor = conn.execute(claim, (FLOW, QUEUE, WORKER_ID, batch))
-        tasks = cursor.fetchall()
-    return total / (time.perf_counter() - started)
+# The report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="clients per measurement (3: also one worker per step queue)",
+    )
+    parser.add_argument("--only", nargs="+", choices=ENGINE_LOOPS, default=list(ENGINE_LOOPS))
+    parser.add_argument(
         "--durable", action="store_true", help="the server's durable defaults (fsync on)"
     )
     args = parser.parse_args(argv)
@@ -233,55 +379,55 @@ def main(argv: list[str] | None = None) -> int:
             f" {'durable (server defaults)' if args.durable else 'fast settings'}",
             flush=True,
         )
-        for batch in args.batch:
-            raw, eng, single, starts, one, joint = [], [], [], [], [], []
-            for _ in range(args.repeat):
-                with fresh_database(admin_url) as url:
-                    raw.append(raw_pgmq(url, 3 * args.runs, batch))
-                with fresh_database(admin_url) as url:
-                    tasks_per_s, start_rate = engine(url, args.runs, batch)
-                    eng.append(tasks_per_s)
-                    starts.append(start_rate)
-                with fresh_database(admin_url) as url:
-                    single.append(engine(url, args.runs, batch, per_task=True)[0])
-                with fresh_database(admin_url) as url:
-                    one.append(engine(url, args.runs, batch, one_call=True)[0])
-                with fresh_database(admin_url) as url:
-                    joint.append(engine(url, args.runs, batch, one_transaction=True)[0])
-            # Each repeat measures raw PGMQ and the engine back to back, so the ratio is taken
-            # per repeat (the machine's speed drifts between repeats) and its median shown.
-            ratio = statistics.median(e / r for e, r in zip(eng, raw, strict=True))
-            single_ratio = statistics.median(e / r for e, r in zip(single, raw, strict=True))
-            print(
-                f"batch {batch:>3}: raw PGMQ {statistics.median(raw):>8,.0f} msg/s"
-                f" | engine {statistics.median(eng):>8,.0f} tasks/s, ratio {ratio:6.1%}"
-                f" | per-task complete_task {statistics.median(single):>7,.0f} tasks/s,"
-                f" ratio {single_ratio:6.1%}"
-                f" | start_flow {statistics.median(starts):>6,.0f} runs/s",
-                flush=True,
-            )
-            ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(eng, raw, strict=True))
-            print(f"           engine ratio per repeat: {ratios}", flush=True)
-            one_ratio = statistics.median(e / r for e, r in zip(one, raw, strict=True))
-            one_ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(one, raw, strict=True))
-            print(
-                f"           read_and_claim (one call) {statistics.median(one):>8,.0f} tasks/s,"
-                f" ratio {one_ratio:6.1%}; per repeat: {one_ratios}",
-                flush=True,
-            )
-            joint_ratio = statistics.median(e / r for e, r in zip(joint, raw, strict=True))
-            joint_ratios = ", ".join(f"{e / r:.1%}" for e, r in zip(joint, raw, strict=True))
-            print(
-                f"           complete + read_and_claim in one transaction"
-                f" {statistics.median(joint):>8,.0f} tasks/s, ratio {joint_ratio:6.1%};"
-                f" per repeat: {joint_ratios}",
-                flush=True,
-            )
-            task_us = 1e6 / statistics.median(eng)
-    # What the worker's output check adds, next to the engine's time per task (last batch size).
+        task_us = 0.0
+        for clients in args.clients:
+            for batch in args.batch:
+                task_us = measure(admin_url, args, clients, batch) or task_us
+    # What the worker's output check adds, next to the engine's time per task (last figure).
     for line in output_check.lines(task_us):
         print(line, flush=True)
     return 0
+
+
+def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) -> float:
+    """Print one batch size and client count; the engine's wall time per task (us) of the
+    first engine loop measured."""
+    layouts = [("flow queue", False)] + ([("step queues", True)] if clients == len(STEPS) else [])
+    raw: list[Result] = []
+    figures: dict[tuple[str, str], list[Result]] = {}
+    starts: list[float] = []
+    for _ in range(args.repeat):
+        with fresh_database(admin_url) as url:
+            raw.append(raw_pgmq(url, 3 * args.runs // clients, batch, clients))
+        for layout, step_queues in layouts:
+            for loop in args.only:
+                with fresh_database(admin_url) as url:
+                    result, start_rate = engine(url, args.runs, batch, loop, clients, step_queues)
+                figures.setdefault((layout, loop), []).append(result)
+                starts.append(start_rate)
+    raw_rate = statistics.median(r.rate for r in raw)
+    print(
+        f"batch {batch}, {clients} client(s): raw PGMQ {raw_rate:,.0f} msg/s{_server(raw)};"
+        f" per repeat {', '.join(f'{r.rate:,.0f}' for r in raw)};"
+        f" start_flow {statistics.median(starts):,.0f} runs/s",
+        flush=True,
+    )
+    for (layout, loop), results in figures.items():
+        ratios = [e.rate / r.rate for e, r in zip(results, raw, strict=True)]
+        print(
+            f"  {layout if clients > 1 else '':>11} {loop:<18} "
+            f"{statistics.median(e.rate for e in results):>8,.0f} tasks/s{_server(results)},"
+            f" {statistics.median(ratios):6.1%} of raw; per repeat "
+            + ", ".join(f"{x:.1%}" for x in ratios),
+            flush=True,
+        )
+    first = next(iter(figures.values()))
+    return 1e6 / statistics.median(e.rate for e in first)
+
+
+def _server(results: list[Result]) -> str:
+    cpu = [r.server_us for r in results if r.server_us is not None]
+    return f" ({statistics.median(cpu):,.0f} us server CPU each)" if cpu else ""
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def test_queues_with_pgmqs_trigger_get_the_engines(version_12: Engine, empty_db_
     engine.flow("quiet", {"slug": "only"})
     engine.value("select pgmq.enable_notify_insert('listened', 0)")  # as a 0012 worker did
 
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0013"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0013")] == ["0013"]
 
     def triggers(queue: str) -> list[str]:
         return [

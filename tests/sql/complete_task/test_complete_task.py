@@ -23,26 +23,14 @@ def test_stores_the_output(engine: Engine) -> None:
     assert engine.state(run_id, "first")["output"] == {"ok": True}
 
 
-def test_defers_archiving_the_message_to_the_next_batch(engine: Engine) -> None:
+def test_archives_the_tasks_message(engine: Engine) -> None:
     engine.flow("chain", *CHAIN)
     engine.start("chain")
     [task] = engine.poll("chain")
     engine.complete(task, 1)
-    assert engine.archived_ids("chain") == set()
-    assert engine.value("select count(*) from pgflow.archivable_messages") == 1
-    engine.poll("chain")
     assert engine.archived_ids("chain") == {task.msg_id}
+    assert task.msg_id not in {m["msg_id"] for m in engine.queued_messages("chain")}
     assert engine.value("select count(*) from pgflow.archivable_messages") == 0
-
-
-def test_the_message_stays_invisible_until_archived(engine: Engine) -> None:
-    engine.flow("solo", {"slug": "only"})
-    engine.start("solo")
-    [task] = engine.poll("solo", vt=1)
-    engine.complete(task, 1)
-    assert engine.value("select count(*) from pgmq.q_solo where vt <= now()") == 0
-    assert engine.value("select pgflow.archive_completed_messages()") == 1
-    assert engine.queued_messages("solo") == []
 
 
 def test_completing_a_step_starts_its_dependents(engine: Engine) -> None:

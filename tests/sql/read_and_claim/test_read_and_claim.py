@@ -138,3 +138,49 @@ def test_a_short_read_says_when_the_next_hidden_message_shows_again(engine: Engi
     [task], notices = read_and_claim(engine, "later", "later", qty=1)
     assert task.step_slug == "only"
     assert notices == []  # a full read says nothing: the worker polls again at once
+
+
+def lease_left(engine: Engine, queue: str, msg_id: int) -> float:
+    return float(
+        engine.value(
+            f"select extract(epoch from vt - clock_timestamp()) from pgmq.q_{queue}"
+            " where msg_id = %s",
+            msg_id,
+        )
+    )
+
+
+def test_it_reads_with_the_lease_its_claim_sets(engine: Engine) -> None:
+    engine.flow("leased", {"slug": "only", "timeout": 90})
+    engine.start("leased")
+    [task], _ = read_and_claim(engine, "leased", "leased")
+    assert task.timeout == 90
+    assert 91 < lease_left(engine, "leased", task.msg_id) <= 92
+    # The read set it, and only the read: the message was updated once (read_ct counts reads).
+    assert engine.value("select read_ct from pgmq.q_leased where msg_id = %s", task.msg_id) == 1
+
+
+def test_steps_with_other_timeouts_each_get_their_own_lease(engine: Engine) -> None:
+    engine.flow("mixed", {"slug": "quick", "timeout": 5}, {"slug": "slow", "timeout": 300})
+    engine.start("mixed")
+
+    claimed, _ = read_and_claim(engine, "mixed", "mixed")
+
+    leases = {t.step_slug: lease_left(engine, "mixed", t.msg_id) for t in claimed}
+    assert 6 < leases["quick"] <= 7
+    assert 301 < leases["slow"] <= 302
+
+
+def test_a_message_it_read_and_did_not_claim_is_hidden_for_the_reads_visibility(
+    engine: Engine,
+) -> None:
+    engine.flow("single", {"slug": "only"})
+    engine.start("single")
+    [foreign] = engine.conn.execute(
+        "select pgmq.send('single', %s)", (Jsonb({"not": "a task"}),)
+    ).fetchone() or [None]
+
+    claimed, _ = read_and_claim(engine, "single", "single")
+
+    assert 61 < lease_left(engine, "single", claimed[0].msg_id) <= 62
+    assert 29 < lease_left(engine, "single", foreign) <= 30  # vt, not the claim's lease

@@ -179,24 +179,24 @@ def test_two_claims_on_one_queue_do_not_wait_for_each_other(engine: Engine, db_u
     engine.start("busy")
     engine.start("busy")
     tasks = engine.poll("busy", qty=1)
-    engine.complete(tasks[0], 1)  # leaves a completed message for the next claim to archive
+    engine.complete(tasks[0], 1)
     ids = [m["msg_id"] for m in engine.queued_messages("busy")]
     with psycopg.connect(db_url) as first:
         first.execute(
             "select * from pgflow.start_tasks('busy', %s, %s, 'busy')", (ids[1:2], WORKER_ID)
-        )  # first claim open, holding its drained rows
+        )  # first claim open, holding its rows
         engine.conn.execute("set lock_timeout = '2s'")
         claimed = engine.claim("busy", ids[2:3])
         first.rollback()
     assert len(claimed) == 1
 
 
-def test_a_completed_message_read_again_is_not_claimed_and_gets_archived(engine: Engine) -> None:
+def test_a_completed_tasks_message_is_archived_and_never_claimed_again(engine: Engine) -> None:
     engine.flow("reread", {"slug": "only"})
     run_id = engine.start("reread")
     [task] = engine.poll("reread")
     engine.complete(task, 1)
-    engine.make_visible("reread")  # the lease ran out before any drain
+    engine.make_visible("reread")  # were it still in the queue, its lease would have run out
     assert engine.poll("reread") == []
     assert engine.task(run_id, "only")["attempts_count"] == 1
     assert engine.archived_ids("reread") == {task.msg_id}

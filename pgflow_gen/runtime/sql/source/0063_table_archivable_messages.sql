@@ -1,7 +1,7 @@
--- Messages of completed tasks, waiting to be archived in batches: complete_task records its
--- message here (a cheap insert) instead of one PGMQ archive call per task. The message normally
--- stays invisible meanwhile (its lease outlives the task; a late re-read claims nothing). Drained
--- by start_tasks for its queue and by requeue_stalled_tasks and prune_data_older_than for all.
+-- Messages of completed tasks waiting to be archived in a batch: complete_task recorded its
+-- message here from engine 0003 to 0013, for the next claim to archive. Since 0014 it archives
+-- the message itself (cheaper than the drain), and migration 0014 drains what was left; stall
+-- recovery (requeue_stalled_tasks) and pruning still drain it.
 create table pgflow.archivable_messages (
   queue_name text not null,
   message_id bigint not null,

@@ -1,7 +1,8 @@
 -- Archives the recorded messages of completed tasks, one pgmq.archive call per queue (one queue,
 -- or all when queue_name is null, in queue order). Rows another drainer holds are skipped, so
 -- drains never wait on each other; rows of a queue that no longer exists are discarded.
--- Touches no task rows. Called by start_tasks (its queue), requeue_stalled_tasks and pruning.
+-- Touches no task rows. Called by requeue_stalled_tasks, pruning and delete_flow_and_data (and,
+-- until engine 0014, by every claim for its queue).
 create function pgflow.archive_completed_messages(queue_name text default null)
 returns int
 language plpgsql

@@ -3,8 +3,8 @@
 -- Late callbacks (run finished, step closed, task not started) change nothing, and so does a
 -- stale one: `attempt` (from claim_tasks) is not the task's current attempt. Either returns the
 -- task's row unchanged; a stale one's attempts_count differs from `attempt`.
--- Locks run, step state and task (in that order, in one statement); its message is archived in a
--- later batch (pgflow.archivable_messages), so this hot path never waits for a PGMQ row.
+-- Locks run, step state and task (in that order, in one statement), then the task's message,
+-- which it archives (since engine 0014; before, the next claim archived it, which cost more).
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb, attempt int)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -92,10 +92,7 @@ begin
     perform pgflow._advance_run(run_id);
   end if;
 
-  -- The message is archived later, in a batch (see pgflow.archivable_messages).
-  insert into pgflow.archivable_messages (queue_name, message_id)
-  values (v_task.queue_name, v_task.message_id)
-  on conflict do nothing;
+  perform pgmq.archive(v_task.queue_name, v_task.message_id);
   return next v_task;
 end;
 $$;

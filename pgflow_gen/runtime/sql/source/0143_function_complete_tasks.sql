@@ -210,8 +210,7 @@ begin
         v_started.queue_names, v_queue;
     end loop;
 
-    -- The completed tasks' messages are archived at once, one call per queue (a single task's
-    -- completion leaves its message to the next claim's batch, see pgflow.archivable_messages).
+    -- The completed tasks' messages are archived at once, one call per queue.
     for v_queue in select distinct q.name from unnest(v_started.done_queues) as q (name) order by 1 loop
       perform pgmq.archive(v_queue, array(
         select m.message_id from unnest(v_started.done_queues, v_started.done_messages) as m (queue_name, message_id)

@@ -1,13 +1,15 @@
--- The claim in one call (engine 0012): reads up to qty messages of queue_name (hidden for vt
--- seconds, as pgmq.read does) and claims their tasks with claim_tasks, in one statement, so a
--- worker polls with one round trip and one commit instead of two. The selector follows
--- claim_tasks's rules and is checked before anything is read. Returns the claimed tasks; the
--- messages it read and did not claim (held, archived, foreign, or another claim's) are named in a
--- notice (JSON detail: unclaimed_message_ids), after claim_tasks's own notices; when it read
--- fewer than qty, another notice says when the queue's next hidden message shows again (JSON
--- detail: next_visible_in_s), so that the worker wakes then.
--- Locks as claim_tasks does (task rows before PGMQ rows; pgmq.read skips locked messages), but
--- holds the read's message locks until it commits: see the GUARD on archiving below.
+-- The claim in one call (engine 0012): reads up to qty messages of queue_name and claims their
+-- tasks (pgflow._claim_messages), in one statement, so a worker polls with one round trip and one
+-- commit instead of two. The selector follows claim_tasks's rules and is checked before anything
+-- is read. Since engine 0014 it reads with the lease its claims set (the steps' timeout + 2 s,
+-- when they agree), so a claimed message is touched once; a message it read and did not claim
+-- (held, archived, foreign, or another claim's) is hidden for vt seconds, as pgmq.read would, and
+-- named in a notice (JSON detail: unclaimed_message_ids), after the claim's own notices. When it
+-- read fewer than qty, another notice says when the queue's next hidden message shows again
+-- (JSON detail: next_visible_in_s), so that the worker wakes then.
+-- Locks as claim_tasks does (task rows before PGMQ rows; pgmq.read skips locked messages), and
+-- holds the read's message locks until it commits (completions archive their own messages, so
+-- none waits for them unless its lease ran out and this read took the message).
 create function pgflow.read_and_claim(
   flow_slug text,
   queue_name text,
@@ -22,30 +24,29 @@ volatile
 set search_path = ''
 as $$
 declare
+  v_route record;
   v_read bigint[];
   v_claimed pgflow.claimed_task[];
   v_unclaimed bigint[];
+  v_rehidden bigint[];
   v_next float8;
 begin
   -- GUARD: a wrong selector raises before any message is read (no messages: nothing claimed).
-  perform from pgflow.claim_tasks(flow_slug, '{}', worker_id, queue_name, step_slug);
-  -- GUARD: archive the completed tasks' messages before reading, while this transaction holds
-  -- no message lock: an archive waits for the rows another reader holds, so the drain inside
-  -- claim_tasks (after the read) must find as little as possible.
-  perform pgflow.archive_completed_messages(lower(queue_name));
+  v_route := pgflow._claim_route(flow_slug, queue_name, step_slug);
   select coalesce(array_agg(m.msg_id), '{}') into v_read
-  from pgmq.read(lower(queue_name), vt, qty) as m;
+  from pgmq.read(v_route.queue, coalesce(v_route.lease, vt), qty) as m;
   -- A worker that read less than it asked for sleeps until a message comes: an insert wakes it,
   -- but nothing tells it when a hidden one (a retry's delay, a start delay, a lease) shows again.
   -- So say when the first of them does, and it sleeps until then rather than a whole poll.
   if cardinality(v_read) < qty then
     execute format(
       'select extract(epoch from min(q.vt) - clock_timestamp())::float8 from pgmq.%I as q'
-      ' where q.vt > clock_timestamp()', pgflow.pgmq_table_name(lower(queue_name)))
-    into v_next;
+      ' where q.vt > clock_timestamp() and not (q.msg_id = any ($1))',
+      pgflow.pgmq_table_name(v_route.queue))
+    into v_next using v_read;
     if v_next is not null then
       raise notice 'read_and_claim: the next message of queue "%" is visible in % s.',
-        lower(queue_name), round(v_next::numeric, 3)
+        v_route.queue, round(v_next::numeric, 3)
         using detail = jsonb_build_object('next_visible_in_s', v_next)::text;
     end if;
   end if;
@@ -53,7 +54,8 @@ begin
     return;
   end if;
   select coalesce(array_agg(c order by c.msg_id), '{}') into v_claimed
-  from pgflow.claim_tasks(flow_slug, v_read, worker_id, queue_name, step_slug) as c;
+  from pgflow._claim_messages(flow_slug, v_route.queue, worker_id, step_slug, v_read,
+    v_route.step_slugs, v_route.timeouts, v_route.lease) as c;
   if cardinality(v_claimed) < cardinality(v_read) then
     v_unclaimed := array(
       select r.id from unnest(v_read) as r (id)
@@ -61,8 +63,20 @@ begin
       select c.msg_id from unnest(v_claimed) as c
       order by 1
     );
+    -- Read with a claim's lease, they are hidden for the read's visibility instead; held
+    -- messages of paused steps keep the minute the claim gave them.
+    if v_route.lease is not null and v_route.lease <> vt then
+      v_rehidden := array(
+        select u.id from unnest(v_unclaimed) as u (id)
+        where not exists (
+          select 1 from pgflow.held_messages as h
+          where h.queue_name = v_route.queue and h.message_id = u.id)
+        order by 1);
+      perform pgflow.set_vt_batch(v_route.queue, v_rehidden,
+        array_fill(vt, array[cardinality(v_rehidden)]));
+    end if;
     raise notice 'read_and_claim left % message(s) of queue "%" unclaimed.',
-      cardinality(v_unclaimed), lower(queue_name)
+      cardinality(v_unclaimed), v_route.queue
       using detail = jsonb_build_object('unclaimed_message_ids', to_jsonb(v_unclaimed))::text;
   end if;
   return query select * from unnest(v_claimed);
