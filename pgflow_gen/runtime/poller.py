@@ -1,6 +1,9 @@
 """The poller: reads only as many messages as there are free slots, claims their tasks with the
 worker's exact selector and starts their handlers; gives its own messages read again their lease
-back; sleeps until a notification, a freed slot or the poll interval wakes it."""
+back; sleeps until a notification, a freed slot or the poll interval wakes it.
+
+A busy worker's reporter claims too: it sends its results and claims into the slots they free in
+one call (`complete_and_claim`, engine 0014), through this poller, one claim at a time."""
 
 from __future__ import annotations
 
@@ -14,10 +17,12 @@ from collections.abc import Callable
 
 import psycopg
 
+from pgflow_gen.runtime import reporting
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
-from pgflow_gen.runtime.session import Session
+from pgflow_gen.runtime.session import Claim, Session
 from pgflow_gen.runtime.slots import Slots
+from pgflow_gen.runtime.sqlstate import Kind, classify
 
 #: How many held message ids the poller remembers, so that it logs each once.
 HELD_REMEMBERED = 10_000
@@ -54,6 +59,12 @@ class Poller:
         #: Seconds until the queue's next hidden message shows again, from the last poll that
         #: read less than it asked for (None: unknown, or nothing hidden).
         self.next_visible_in: float | None = None
+        #: One claim at a time: the poller's, or the reporter's with its results.
+        self._claiming = asyncio.Lock()
+        #: Whether the last claim read all it asked for (the queue may hold more).
+        self._busy = False
+        #: When the sleeping poller wakes at the latest (monotonic; 0 while it is awake).
+        self._wake_at = 0.0
 
     async def run(self) -> None:
         """Poll until the worker stops."""
@@ -87,27 +98,93 @@ class Poller:
             timeout = self.poll_interval
             if self.next_visible_in is not None:
                 timeout = min(timeout, max(0.0, self.next_visible_in) + WAKE_MARGIN_S)
+            self._wake_at = time.monotonic() + timeout
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(slots.wake_poll.wait(), timeout=timeout)
+            self._wake_at = 0.0
 
     async def read_and_claim(self, session: Session, wanted: int) -> int:
-        """Read up to `wanted` messages, claim their tasks and start them; the number read.
-        One call (engine 0012), or a read and a claim on an older engine."""
+        """Read up to `wanted` messages (fewer when slots filled meanwhile), claim their tasks
+        and start them; the number read. One call (engine 0012), or a read and a claim on an
+        older engine."""
         a = self.assignment
-        claim = await session.read_and_claim(
-            a.flow.slug, a.queue_name, self.worker_id, wanted, self.read_visibility, a.step_slug
-        )
-        if claim is None:
-            ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
-            if not ids:
+        async with self._claiming:
+            wanted = min(wanted, self.slots.free())
+            if wanted <= 0:
                 return 0
-            claim = await session.claim_tasks(
-                a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+            claim = await session.read_and_claim(
+                a.flow.slug, a.queue_name, self.worker_id, wanted, self.read_visibility, a.step_slug
             )
-            claim = claim._replace(
-                unclaimed=tuple(set(ids) - {task.msg_id for task in claim.tasks})
-            )
+            if claim is None:
+                ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
+                if not ids:
+                    return 0
+                claim = await session.claim_tasks(
+                    a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
+                )
+                claim = claim._replace(
+                    unclaimed=tuple(set(ids) - {task.msg_id for task in claim.tasks})
+                )
+            read = await self._take(session, claim)
+            self._busy = read == wanted
+            return read
+
+    async def complete_and_claim(self, session: Session) -> bool:
+        """Send the results at the head of the reports that are successes and claim into the
+        slots they free, in one call; whether they were sent. False (nothing sent, nothing
+        claimed) when there are none, the worker is stopping, the engine has no such call
+        (before 0014), or it refused them (`reporting.send_reports` then finds the one it
+        refuses). Raises the psycopg error of a lost connection or a transient failure, with
+        the results kept."""
+        slots = self.slots
+        a = self.assignment
+        # Worth a read when the queue had more than the last claim took, or when the results'
+        # next steps come to this very queue (a plain flow's one worker); else the listener's
+        # notification wakes the poller when work comes.
+        if self.stopping() or not (self._busy or a.step_slug is None):
+            return False
+        batch = reporting.leading_successes(slots.reports)
+        if not batch:
+            return False
+        async with self._claiming:
+            wanted = max(0, min(self.batch_size, slots.free() + len(batch)))
+            try:
+                done = await session.complete_and_claim(
+                    [r.task for r in batch],
+                    [r.output for r in batch],
+                    a.flow.slug,
+                    a.queue_name,
+                    self.worker_id,
+                    wanted,
+                    self.read_visibility,
+                    a.step_slug,
+                )
+            except psycopg.Error as exc:
+                if classify(session, exc) is Kind.REFUSED:
+                    return False
+                raise
+            except (ValueError, TypeError, RecursionError):
+                return False  # an output JSON cannot hold: sent one by one, it fails its task
+            if done is None:
+                return False
+            del slots.reports[: len(batch)]
+            for report, row in zip(batch, done.rows, strict=True):
+                reporting.log_if_stale(report, row, self.log)
+            read = await self._take(session, done.claim)
+            self._busy = read == wanted and wanted > 0
+        if self._busy:
+            slots.wake_poll.set()  # there may be more waiting
+        return True
+
+    async def _take(self, session: Session, claim: Claim) -> int:
+        """Start what a claim claimed and say what it did not; the number of messages read."""
+        a = self.assignment
         claimed, archived, held, unclaimed_read, self.next_visible_in = claim
+        if (
+            self.next_visible_in is not None
+            and time.monotonic() + self.next_visible_in + WAKE_MARGIN_S < self._wake_at
+        ):
+            self.slots.wake_poll.set()  # the sleeping poller must wake sooner than it planned
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         for task in claimed:
             self.slots.start(task)

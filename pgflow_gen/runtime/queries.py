@@ -77,6 +77,12 @@ FAIL_TASK_PERMANENTLY: Final[LiteralString] = (
 COMPLETE_TASKS: Final[LiteralString] = (
     "select attempts_count, status from pgflow.complete_tasks(%s, %s, %s, %s::jsonb[], %s::int[])"
 )
+#: Complete successes and claim the next tasks in one call (engine 0014): (flow, queue, worker
+#: id, limit, visibility, step or NULL, run ids, step slugs, task indexes, outputs, attempts).
+COMPLETE_AND_CLAIM: Final[LiteralString] = (
+    "select * from pgflow.complete_and_claim(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb[],"
+    " %s::int[])"
+)
 
 # -- upkeep --------------------------------------------------------------------------------------
 #: (worker id) -> whether an operator deprecated the worker.

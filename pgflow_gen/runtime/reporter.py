@@ -3,6 +3,13 @@ connection and, one worker at a time across all workers, runs stall recovery (bo
 statement timeout). It also marks the worker stopped. The heartbeat has a connection of its own
 (`heartbeat.py`), so neither a held-up result nor a slow sweep delays it.
 
+While other handlers are still running, a result waits up to REPORT_LINGER_S for more to finish,
+so that a busy worker sends them in one call and one commit; a lone result (nothing else
+running) is sent at once. Successes at the head of the results go with a claim into the slots
+they free (`Poller.complete_and_claim`), when the queue had more work or the worker serves a
+plain flow, so a busy worker completes and claims in one round trip (benchmarks/e2e.py
+measures both).
+
 A result whose statement failed stays in memory and is sent again: at once after a reconnect,
 after a growing pause (at most MAX_RETRY_PAUSE_S) after any other failure, which is logged once
 per episode with its SQLSTATE class."""
@@ -20,6 +27,7 @@ from collections.abc import Callable
 import psycopg
 
 from pgflow_gen.runtime.links import Link, primary_message
+from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots
@@ -31,6 +39,8 @@ MARK_STOPPED_S = 3.0
 SWEEP_TIMEOUT_S = 5.0
 FIRST_RETRY_PAUSE_S = 0.1
 MAX_RETRY_PAUSE_S = 5.0
+#: The longest a result waits for others to finish, while handlers are still running.
+REPORT_LINGER_S = 0.002
 
 
 class Reporter:
@@ -45,8 +55,14 @@ class Reporter:
         logger: logging.Logger,
         draining: Callable[[], bool],
         remaining: Callable[[], float],
+        claimer: Poller | None = None,
+        linger: float | None = None,
     ) -> None:
+        """`claimer` claims into the slots sent results free, in the same call (None: the
+        poller claims alone); `linger` bounds the wait for more results."""
         self.slots = slots
+        self.claimer = claimer
+        self.linger = REPORT_LINGER_S if linger is None else linger
         self.worker_id = worker_id
         self.name = name
         self.recovery_interval = recovery_interval
@@ -76,6 +92,7 @@ class Reporter:
         next_recovery = time.monotonic() + random.uniform(0, self.recovery_interval)
         while True:
             slots.wake_report.clear()
+            await self._gather()
             session = await self.link.get(give_up=self.past_deadline)
             if session is None:
                 return  # stopping, and the database is unreachable: the results stay unsent
@@ -149,10 +166,27 @@ class Reporter:
             reason or self.link.last_error or "the database did not answer",
         )
 
+    async def _gather(self) -> None:
+        """Let results that finish within `linger` of the first join it, while other handlers
+        are still running (a lone result goes at once)."""
+        slots = self.slots
+        if not slots.reports or self.done or self.linger <= 0:
+            return
+        deadline = time.monotonic() + self.linger
+        while slots.inflight and len(slots.reports) < slots.max_concurrent:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            slots.wake_report.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(slots.wake_report.wait(), timeout=left)
+
     async def _send(self, session: Session) -> None:
         if not self.slots.reports:
             return
         try:
+            if self.claimer is not None and not self.draining():
+                await self.claimer.complete_and_claim(session)
             await send_reports(session, self.slots.reports, self.log)
         finally:
             self.slots.wake_poll.set()  # sent results free their slots for the poller

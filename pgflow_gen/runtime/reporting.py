@@ -58,7 +58,7 @@ async def send_reports(session: Session, reports: list[Report], log: logging.Log
             # The output could not even be encoded for the statement.
             _replace(reports, report, f"{type(exc).__name__}: {exc}", exc, log)
             continue
-        _log_if_stale(report, row, log)
+        log_if_stale(report, row, log)
         reports.pop(0)
 
 
@@ -107,11 +107,7 @@ async def _send_batch(
     task is a no-op, so after a refusal the n are simply sent again one by one, which isolates
     the bad one. Failures go one by one (the engine has no batch of them).
     """
-    batch = []
-    for report in reports:
-        if report.error is not None:
-            break
-        batch.append(report)
+    batch = leading_successes(reports)
     if len(batch) < 2:
         return False, 0
     try:
@@ -123,9 +119,19 @@ async def _send_batch(
     except (ValueError, TypeError, RecursionError):
         return False, len(batch)  # one output cannot be encoded: one by one finds it
     for report, row in zip(batch, rows, strict=True):
-        _log_if_stale(report, row, log)
+        log_if_stale(report, row, log)
     del reports[: len(batch)]
     return True, 0
+
+
+def leading_successes(reports: list[Report]) -> list[Report]:
+    """The successes at the head of `reports`, up to the first failure."""
+    batch = []
+    for report in reports:
+        if report.error is not None:
+            break
+        batch.append(report)
+    return batch
 
 
 def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:
@@ -141,7 +147,7 @@ def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:
     )
 
 
-def _log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:
+def log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:
     """Log a result the engine ignored because its attempt is no longer the task's current one
     (the callback returns the task's row, whose attempts_count then differs), or because its
     run was cancelled, or failed at another step, while the handler ran (the task's status is

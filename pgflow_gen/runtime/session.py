@@ -45,6 +45,9 @@ HELD_NOTICE = "claim_tasks held"
 UNCLAIMED_NOTICE = "read_and_claim left"
 #: The start of its notice of when the queue's next hidden message shows again.
 NEXT_VISIBLE_NOTICE = "read_and_claim: the next message"
+#: The start of the notice in which complete_and_claim (engine 0014) names the results it
+#: ignored (a stale attempt, a cancelled task).
+IGNORED_NOTICE = "complete_and_claim ignored"
 
 
 class Claim(NamedTuple):
@@ -61,6 +64,14 @@ class Claim(NamedTuple):
     #: message (a retry's delay, a start delay, a lease) shows again; None when none is hidden
     #: or the engine does not say (before 0012).
     next_visible_in: float | None = None
+
+
+class Completion(NamedTuple):
+    """What one complete_and_claim call did: the row of each result's task afterwards, in the
+    order sent (as complete_tasks returns them), and the claim that followed."""
+
+    rows: list[TaskRow]
+    claim: Claim
 
 
 class Session(Protocol):
@@ -120,6 +131,21 @@ class Session(Protocol):
     async def complete_tasks(
         self, tasks: list[ClaimedTask], outputs: list[Any]
     ) -> list[TaskRow]: ...
+    async def complete_and_claim(
+        self,
+        tasks: list[ClaimedTask],
+        outputs: list[Any],
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Completion | None:
+        """Complete `tasks` with `outputs` and read and claim up to `limit` tasks, in one call
+        and one transaction; None on an engine before 0014, which has no such call (then
+        complete_tasks, and the poller claims)."""
+        ...
 
     # upkeep
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
@@ -158,9 +184,11 @@ class PsycopgSession:
         self._held: list[int] = []
         self._unclaimed: list[int] = []
         self._next_visible_in: float | None = None
+        self._ignored: list[tuple[int, int, str]] = []
         # Until the engine says it has no such call:
         self._permanent_failures = True
         self._one_call_claims = True
+        self._joint_calls = True
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -254,6 +282,47 @@ class PsycopgSession:
             tasks, self._archived, self._held, tuple(self._unclaimed), self._next_visible_in
         )
 
+    async def complete_and_claim(
+        self,
+        tasks: list[ClaimedTask],
+        outputs: list[Any],
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Completion | None:
+        if not self._joint_calls:
+            return None
+        results = _result_columns(tasks, outputs)
+        self._archived, self._held, self._unclaimed, self._ignored = [], [], [], []
+        self._next_visible_in = None
+        try:
+            async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+                await claim.execute(
+                    queries.COMPLETE_AND_CLAIM,
+                    (flow_slug, queue, worker_id, limit, visibility, step_slug, *results),
+                )
+                claimed = await claim.fetchall()
+        except psycopg.errors.UndefinedFunction:
+            self._joint_calls = False  # an engine before 0014: results and claims apart
+            return None
+        rows: list[TaskRow] = [(task.attempt, "completed") for task in tasks]
+        for position, attempts_count, status in self._ignored:
+            if 1 <= position <= len(rows):
+                rows[position - 1] = (attempts_count, status)
+        return Completion(
+            rows,
+            Claim(
+                claimed,
+                self._archived,
+                self._held,
+                tuple(self._unclaimed),
+                self._next_visible_in,
+            ),
+        )
+
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
         cursor = await self.conn.execute(queries.READ_MESSAGES, (queue, visibility, limit))
         return [row[0] for row in await cursor.fetchall()]
@@ -286,6 +355,15 @@ class PsycopgSession:
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 detail = json.loads(diag.message_detail or "")
                 self._next_visible_in = float(detail["next_visible_in_s"])
+            return
+        if primary.startswith(IGNORED_NOTICE):
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                self._ignored = [
+                    (int(position), int(attempts_count), str(status))
+                    for position, attempts_count, status in json.loads(diag.message_detail or "")[
+                        "ignored_results"
+                    ]
+                ]
             return
         if primary.startswith(ARCHIVED_NOTICE):
             into, key = self._archived, "archived_message_ids"
@@ -321,16 +399,7 @@ class PsycopgSession:
         return await self._row(queries.FAIL_TASK, (*key, error, task.attempt))
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
-        cursor = await self.conn.execute(
-            queries.COMPLETE_TASKS,
-            (
-                [t.run_id for t in tasks],
-                [t.step_slug for t in tasks],
-                [t.task_index for t in tasks],
-                [Jsonb(output) for output in outputs],
-                [t.attempt for t in tasks],
-            ),
-        )
+        cursor = await self.conn.execute(queries.COMPLETE_TASKS, _result_columns(tasks, outputs))
         return [(row[0], row[1]) for row in await cursor.fetchall()]
 
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
@@ -389,3 +458,16 @@ class PsycopgSession:
         cursor = await self.conn.execute(query, params)
         row = await cursor.fetchone()
         return None if row is None else (row[0], row[1])
+
+
+def _result_columns(tasks: list[ClaimedTask], outputs: list[Any]) -> tuple[list[Any], ...]:
+    """The arrays complete_tasks and complete_and_claim take: run ids, step slugs, task
+    indexes, outputs and attempts. (An output JSON cannot hold raises TypeError or ValueError
+    when the statement is sent.)"""
+    return (
+        [t.run_id for t in tasks],
+        [t.step_slug for t in tasks],
+        [t.task_index for t in tasks],
+        [Jsonb(output) for output in outputs],
+        [t.attempt for t in tasks],
+    )

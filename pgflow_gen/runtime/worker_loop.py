@@ -7,8 +7,10 @@ reconnects after failures:
   (`slots.py`), claims their tasks with `pgflow.claim_tasks` and its exact selector, and starts
   their handlers; it sleeps until a PGMQ insert notification, a freed slot, or the long-poll
   interval wakes it;
-- the reporter (`reporter.py`) sends finished handlers' results (`complete_task` / `fail_task`)
-  and, one worker at a time across all workers, runs `requeue_stalled_tasks()`;
+- the reporter (`reporter.py`) sends finished handlers' results (`complete_task` / `fail_task`;
+  a busy worker's successes with the next claim, through the poller, in one
+  `complete_and_claim` call) and, one worker at a time across all workers, runs
+  `requeue_stalled_tasks()`;
 - the heartbeat (`heartbeat.py`) beats at the engine's liveness rule's interval (`liveness.py`),
   never behind a result or a sweep; deprecation makes the worker drain;
 - the listener (`listener.py`) waits for PGMQ's insert notifications on this worker's queue.
@@ -178,6 +180,7 @@ class WorkerLoop:
             logger=self.log,
             draining=lambda: self._draining,
             remaining=self._remaining,
+            claimer=poller,
         )
         self.heartbeat = Heartbeat(
             link=beat_link,

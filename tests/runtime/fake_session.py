@@ -24,7 +24,7 @@ from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.liveness import Liveness
-from pgflow_gen.runtime.session import Claim, TaskRow
+from pgflow_gen.runtime.session import Claim, Completion, TaskRow
 from pgflow_gen.runtime.task_runner import ClaimedTask
 
 
@@ -70,6 +70,12 @@ class FakeEngine:
     sessions: list[FakeSession] = field(default_factory=list)
     #: Whether the engine reads and claims in one call (engine 0012; else two calls).
     one_call_claims: bool = True
+    #: Whether it completes and claims in one call (engine 0014; else results and claims apart).
+    joint_calls: bool = True
+    #: The number of results sent with each complete_and_claim call, in order.
+    joint: list[int] = field(default_factory=list)
+    #: The number of successes sent with each complete_task or complete_tasks call, in order.
+    batches: list[int] = field(default_factory=list)
     _next_id: int = 1
 
     def enqueue(self, count: int, timeout: int = 60) -> list[int]:
@@ -200,6 +206,7 @@ class FakeSession:
         self._call()
         if self.engine.results_gate is not None:
             await self.engine.results_gate.wait()
+        self.engine.batches.append(1)
         return self._finish(task, output)
 
     async def fail_task(
@@ -210,7 +217,45 @@ class FakeSession:
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
         self._call()
+        self.engine.batches.append(len(tasks))
         return [self._finish(task, output) for task, output in zip(tasks, outputs, strict=True)]
+
+    async def complete_and_claim(
+        self,
+        tasks: list[ClaimedTask],
+        outputs: list[Any],
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Completion | None:
+        """Results and the next claim in one call, as engine 0014 has it (None: older)."""
+        if not self._call().joint_calls:
+            return None
+        if self.engine.results_gate is not None:
+            await self.engine.results_gate.wait()
+        rows = [self._finish(task, output) for task, output in zip(tasks, outputs, strict=True)]
+        self.engine.joint.append(len(tasks))
+        claim = Claim([], [], [])
+        if limit > 0:
+            claim = await self.read_and_claim(
+                flow_slug, queue, worker_id, limit, visibility, step_slug
+            ) or await self._two_calls(flow_slug, queue, worker_id, limit, visibility, step_slug)
+        return Completion(rows, claim)
+
+    async def _two_calls(
+        self,
+        flow_slug: str,
+        queue: str,
+        worker_id: uuid.UUID,
+        limit: int,
+        visibility: int,
+        step_slug: str | None,
+    ) -> Claim:
+        ids = await self.read_messages(queue, visibility, limit)
+        return await self.claim_tasks(flow_slug, ids, worker_id, queue, step_slug)
 
     def _finish(self, task: ClaimedTask, result: Any) -> TaskRow:
         engine = self.engine

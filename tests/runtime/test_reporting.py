@@ -13,7 +13,7 @@ import pytest
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import PsycopgSession
 from pgflow_gen.runtime.task_runner import Report
-from tests.engine import Engine
+from tests.engine import WORKER_ID, Engine
 
 LOG = logging.getLogger("tests.reporting")
 
@@ -166,3 +166,27 @@ def test_a_lock_timeout_raises_and_keeps_every_report(
         asyncio.run(go())
     assert reports == waiting  # every report kept, none turned into a failure
     assert [engine.run(r)["status"] for r in run_ids] == ["started", "started"]
+
+
+def test_results_and_the_next_claim_go_in_one_call(engine: Engine, db_url: str) -> None:
+    engine.flow("pair", {"slug": "first"}, {"slug": "second", "deps_slugs": ["first"]})
+    run_id = engine.start("pair", {})
+    [task] = engine.poll("pair")
+    other = engine.start("pair", {})
+    [stale] = engine.poll("pair")  # the other run's: failed, then claimed again
+    engine.fail(stale, "lost", fenced=True)
+    engine.make_visible("pair")
+    [again] = engine.poll("pair")
+    assert (again.run_id, again.attempt) == (other, 2)
+
+    async def go() -> Any:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            return await PsycopgSession(conn).complete_and_claim(
+                [task, stale], ["one", "late"], "pair", "pair", WORKER_ID, 10, 30, None
+            )
+
+    done = asyncio.run(go())
+    assert done is not None
+    # The stale result's row says which attempt the task is on, as complete_tasks's would.
+    assert done.rows == [(1, "completed"), (2, "started")]
+    assert [(t.run_id, t.step_slug, t.attempt) for t in done.claim.tasks] == [(run_id, "second", 1)]

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, startup, with_step_queues, worker_loop
+from pgflow_gen.runtime import Flow, Step, reporter, startup, with_step_queues, worker_loop
 from pgflow_gen.runtime.worker import assignment_for
 from pgflow_gen.runtime.worker_config import WorkerSettings
 from tests.runtime.fake_session import FakeEngine
@@ -271,3 +271,85 @@ def test_a_worker_whose_row_is_gone_registers_again_at_its_heartbeat() -> None:
         await serving
 
     asyncio.run(main())
+
+
+def test_a_busy_worker_sends_its_results_with_its_next_claim() -> None:
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(40)
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value, max_concurrent=4, batch_size=4)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.finished == 40, "every task reported")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert sum(engine.joint) > 0  # results went with claims
+    assert sum(engine.joint) + sum(engine.batches) == 40
+    assert sorted(engine.results) == list(range(1, 41))
+    assert all(len(results) == 1 for results in engine.results.values())
+
+
+def test_without_the_joint_call_results_and_claims_go_apart() -> None:
+    engine = FakeEngine("fake", "work", joint_calls=False)
+    engine.enqueue(12)
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value, max_concurrent=4, batch_size=4)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: engine.finished == 12, "every task reported")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert engine.joint == []
+    assert sum(engine.batches) == 12
+
+
+def test_a_result_that_finishes_while_others_run_waits_for_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reporter, "REPORT_LINGER_S", 60.0)  # longer than the test may take
+    engine = FakeEngine("fake", "work", joint_calls=False)
+    engine.enqueue(2)
+    gates = [threading.Event(), threading.Event()]
+
+    def handler(value: int, ctx: Any, /) -> int:
+        assert gates[value].wait(DEADLINE_S)
+        return value
+
+    async def main() -> None:
+        loop = worker(engine, handler, max_concurrent=2, batch_size=2)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        await until(lambda: sum(map(len, engine.claims)) == 2, "two claims")
+        gates[0].set()
+        await until(lambda: len(loop.slots.reports) == 1, "the first result")
+        await asyncio.sleep(0.2)  # a window in which nothing may be sent
+        assert engine.batches == []  # it waits: the other handler still runs
+        gates[1].set()
+        await until(lambda: engine.finished == 2, "every task reported")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert engine.batches == [2]
+
+
+def test_a_lone_result_is_sent_without_waiting_for_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reporter, "REPORT_LINGER_S", 2 * DEADLINE_S)
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(1)
+
+    async def main() -> None:
+        loop = worker(engine, lambda value, ctx, /: value, max_concurrent=3)
+        serving = asyncio.create_task(loop.run(handle_signals=False))
+        # Nothing else runs, so it does not wait out the linger (twice this deadline).
+        await until(lambda: engine.finished == 1, "the result sent")
+        loop.begin_drain("test over")
+        await serving
+
+    asyncio.run(main())
+    assert engine.batches == [1]
