@@ -29,6 +29,12 @@ FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by 
 FLOW_INPUT_SCHEMA: Final[LiteralString] = (
     "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f where f.flow_slug = %s"
 )
+#: (flow slug, inputs, keys or NULL) -> each run's id and status, and whether this call started
+#: it (a run with the key already was started by an earlier transaction; engine 0014).
+START_FLOWS: Final[LiteralString] = (
+    "select r.run_id, r.status, r.started_at = now() as created"
+    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[]) as r"
+)
 #: (flow slug, input, run id) -> the new run's id and status.
 START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
 #: (flow slug, input, run id, key) -> the id and status of the new run, or of the run with that

@@ -22,8 +22,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.cli import bulk, project
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import project
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
@@ -56,6 +56,7 @@ def register(commands: cli_parser.Commands) -> None:
     start.add_argument(
         "--timeout", type=float, default=300.0, metavar="S", help="seconds --wait waits"
     )
+    bulk.add_arguments(start)
     start.set_defaults(handler=_start)
 
     status = commands.add(
@@ -160,6 +161,11 @@ def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
 
 
 def _start(args: argparse.Namespace) -> int:
+    bulk.check_arguments(args)
+    if args.inputs is not None:
+        with connect(args) as conn:
+            require_flow(conn, args.flow_slug)
+            return bulk.start_many(args, conn)
     try:
         run_input = json.loads(args.input)
     except json.JSONDecodeError as exc:

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -404,6 +404,83 @@ class Client:
             if row is None:
                 raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{plain.slug}".')
             return self.read_run(conn, row[0])
+
+    @overload
+    def start_flows(
+        self,
+        flow: StepQueuedFlow[StepSlugT, InputT, OutputT],
+        inputs: Sequence[InputT],
+        *,
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[Run[OutputT]]: ...
+
+    @overload
+    def start_flows(
+        self,
+        flow: Flow[StepSlugT, InputT, OutputT],
+        inputs: Sequence[InputT],
+        *,
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[Run[OutputT]]: ...
+
+    def start_flows(
+        self,
+        flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+        inputs: Sequence[Any],
+        *,
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[Run[Any]]:
+        """Validate every input against the flow's input type, then start a run of the flow
+        for each, in one call and one transaction (engine 0014): many times faster than
+        `start_flow` in a loop. Returns the runs in input order.
+
+        With `idempotency_keys` (one per input; None for none), an input whose key a run of
+        this flow already has returns that run as it is and starts nothing, so a batch sent
+        again after a failure starts only what is missing.
+
+            runs = client.start_flows(FLOW, [{"name": "Ada"}, {"name": "Grace"}])
+
+        Raises InvalidRunInputError naming the first bad input's position from 1 (nothing
+        written), ValueError when the keys do not pair with the inputs, FlowNotFoundError when
+        the flow is not compiled in the database, DatabaseError for anything else the database
+        refuses (an engine before 0014).
+        """
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        if idempotency_keys is not None and len(idempotency_keys) != len(inputs):
+            raise ValueError(
+                f"{len(idempotency_keys)} idempotency keys for {len(inputs)} inputs; pass one"
+                " per input (None for none)."
+            )
+        for position, value in enumerate(inputs, start=1):
+            try:
+                validate_input(plain, value)
+            except InvalidRunInputError as exc:
+                raise InvalidRunInputError(
+                    f"Input {position} of {len(inputs)}: {exc.message}",
+                    detail=exc.detail,
+                    hint=exc.hint,
+                ) from None
+        if not inputs:
+            return []
+        keys = None if idempotency_keys is None else list(idempotency_keys)
+        with self.connection() as conn:
+            try:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    rows = cur.execute(
+                        queries.START_FLOWS, (plain.slug, [Jsonb(i) for i in inputs], keys)
+                    ).fetchall()
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
+            return [
+                Run(
+                    **row,
+                    client=self,
+                    failure=read_failure(conn, row["run_id"])
+                    if row["status"] == "failed"
+                    else None,
+                )
+                for row in rows
+            ]
 
     def cancel_run(self, run_id: uuid.UUID, reason: str | None = None) -> Run[Any]:
         """Cancel a started run and return it (status `cancelled`): its queued tasks never

@@ -130,6 +130,13 @@ START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s,
 START_FLOW_WITH_KEY: Final[LiteralString] = (
     "select run_id from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
 )
+#: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
+#: (engine 0014).
+START_FLOWS: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
+    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
+)
 #: (run id) -> the run's row, as `Run` takes it.
 READ_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"

@@ -338,3 +338,39 @@ def test_unserved_steps_are_the_ones_with_queued_tasks_and_no_live_worker(
     )
     Engine(conn).register("greetuser")  # a live worker on the queue
     assert run.unserved_steps() == []
+
+
+def test_start_flows_starts_a_run_per_input_in_order(client: Client) -> None:
+    grace: GreetInput = {"first": "Grace", "last": "Hopper"}
+    runs = client.start_flows(FLOW, [ADA, grace])
+    assert [run.input for run in runs] == [ADA, grace]
+    assert all(run.status == "started" and run.flow_slug == "greetUser" for run in runs)
+    assert runs[0].run_id != runs[1].run_id
+    assert client.get_run(runs[1].run_id).input == grace
+
+
+def test_start_flows_with_keys_returns_the_run_a_key_has_already(client: Client) -> None:
+    [first] = client.start_flows(FLOW, [ADA], idempotency_keys=["ada"])
+    again = client.start_flows(FLOW, [ADA, ADA], idempotency_keys=["ada", None])
+    assert again[0].run_id == first.run_id
+    assert again[0].idempotency_key == "ada"
+    assert again[1].run_id != first.run_id
+
+
+def test_start_flows_names_the_bad_input_and_starts_none(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    bad: Any = {"first": "Ada"}
+    with pytest.raises(InvalidRunInputError, match=r"^Input 2 of 3: ") as caught:
+        client.start_flows(FLOW, [ADA, bad, ADA])
+    assert "last" in str(caught.value)
+    with pytest.raises(ValueError, match="2 idempotency keys for 1 inputs"):
+        client.start_flows(FLOW, [ADA], idempotency_keys=["a", "b"])
+    assert client.start_flows(FLOW, []) == []
+    assert conn.execute("select count(*) from pgflow.runs").fetchone() == (0,)
+
+
+def test_start_flows_of_a_flow_not_compiled_raises_flow_not_found(client: Client) -> None:
+    other: Flow[Any, Any, Any] = Flow(slug="notCompiled", steps=(Step(slug="only"),))
+    with pytest.raises(FlowNotFoundError):
+        client.start_flows(other, [{}])

@@ -11,7 +11,8 @@
 --
 -- pgflow.complete_and_claim(flow_slug, queue_name, worker_id, qty, vt, step_slug, run_ids,
 -- step_slugs, task_indexes, outputs, attempts) completes a worker's results and claims its next
--- tasks in one transaction.
+-- tasks in one transaction. pgflow.start_flows(flow_slug, inputs, idempotency_keys) starts many
+-- runs of one flow in one call, set-based.
 --
 -- Every function keeps its signature and behaviour, so workers of earlier releases run on it
 -- unchanged.
@@ -817,6 +818,157 @@ begin
   join pgflow.step_tasks as t
     on t.run_id = u.run_id and t.step_slug = u.step_slug and t.task_index = u.task_index
   order by u.ord;
+end;
+$$;
+
+-- Starts many runs of one flow in one call (engine 0014), as start_flow would for each input in
+-- turn, in one transaction, and returns the runs in input order. With idempotency_keys (one per
+-- input, null elements for none), an input whose key some run of this flow already has returns
+-- that run as it is and starts nothing (so does a key repeated in the call: its first input
+-- wins), also when calls race. Set-based when every root step is a single step without a
+-- condition (one message insert per root step for all runs); otherwise each new run moves
+-- forward as start_flow moves one. An input that is SQL NULL, or not an array where a root map
+-- step maps it, raises naming its position (from 1), and nothing starts.
+-- Holds the flow's definition lock shared, as start_flow does.
+create function pgflow.start_flows(flow_slug text, inputs jsonb[], idempotency_keys text[] default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+as $$
+-- The conflict target names columns that are parameters too; every other use is qualified.
+#variable_conflict use_column
+declare
+  v_count int := coalesce(cardinality(inputs), 0);
+  v_root_map text;
+  v_bad record;
+  v_ids uuid[];
+  v_new uuid[];
+  v_plain boolean;
+  v_root record;
+begin
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
+    raise exception 'Flow "%" does not exist.', flow_slug
+      using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
+  end if;
+  if v_count = 0 then
+    return;
+  end if;
+  if array_ndims(inputs) <> 1 or array_lower(inputs, 1) <> 1
+    or (idempotency_keys is not null and (cardinality(idempotency_keys) <> v_count
+      or array_ndims(idempotency_keys) <> 1 or array_lower(idempotency_keys, 1) <> 1)) then
+    raise exception 'start_flows needs one-dimensional arrays that start at index 1, one key per input (got % inputs, % keys).',
+      v_count, coalesce(cardinality(idempotency_keys), 0)
+      using errcode = '22023';
+  end if;
+  -- GUARD: every input is checked before anything is written.
+  select i.n into v_bad from unnest(inputs) with ordinality as i (input, n)
+  where i.input is null order by i.n limit 1;
+  if found then
+    raise exception 'Input % of the runs of flow "%" must not be SQL NULL.', v_bad.n, flow_slug
+      using errcode = '22004', hint = 'Pass a JSON value; ''null''::jsonb is a valid JSON input.';
+  end if;
+  select s.step_slug into v_root_map from pgflow.steps as s
+  where s.flow_slug = start_flows.flow_slug and s.step_type = 'map' and s.deps_count = 0
+  order by s.step_index limit 1;
+  if v_root_map is not null then
+    select i.n, jsonb_typeof(i.input) as kind into v_bad from unnest(inputs) with ordinality as i (input, n)
+    where jsonb_typeof(i.input) <> 'array' order by i.n limit 1;
+    if found then
+      raise exception 'Flow "%" maps its input in step "%", so input % must be a JSON array, got %.',
+        flow_slug, v_root_map, v_bad.n, v_bad.kind
+        using errcode = '22023';
+    end if;
+  end if;
+
+  v_ids := array(select gen_random_uuid() from generate_series(1, v_count));
+  with started as (
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key)
+    select w.run_id, start_flows.flow_slug, w.input,
+      (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug), w.key
+    from unnest(v_ids, inputs, coalesce(idempotency_keys, array_fill(null::text, array[v_count])))
+      with ordinality as w (run_id, input, key, n)
+    order by w.n
+    on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing
+    returning run_id
+  )
+  select coalesce(array_agg(s.run_id), '{}') into v_new from started as s;
+
+  if cardinality(v_new) > 0 then
+    select count(*) > 0 and bool_and(s.step_type = 'single' and s.required_input_pattern is null
+        and s.forbidden_input_pattern is null) into v_plain
+    from pgflow.steps as s where s.flow_slug = start_flows.flow_slug and s.deps_count = 0;
+    -- Plain root steps start in the same statement (each has its one task, queued below).
+    insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks,
+      status, started_at, remaining_tasks)
+    select r.run_id, s.flow_slug, s.step_slug, s.deps_count,
+      case
+        when s.step_type in ('single', 'signal') then 1
+        when s.deps_count = 0 then jsonb_array_length(r.input)
+      end,
+      case when v_plain and s.deps_count = 0 then 'started' else 'created' end,
+      case when v_plain and s.deps_count = 0 then clock_timestamp() end,
+      case when v_plain and s.deps_count = 0 then 1 end
+    from pgflow.runs as r
+    join pgflow.steps as s on s.flow_slug = r.flow_slug
+    where r.run_id = any (v_new);
+    perform pg_notify(
+      'pgflow_run_' || replace(r.run_id::text, '-', ''),
+      json_build_object('event', 'run:started', 'run_id', r.run_id, 'step_slug', null, 'status', 'started')::text
+    )
+    from unnest(v_new) as r (run_id);
+
+    if v_plain then
+      -- Every root step starts with one task in every new run: one message insert per root
+      -- step, its task rows paired with their messages by the task key the message carries.
+      for v_root in
+        select s.step_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as delay
+        from pgflow.steps as s
+        where s.flow_slug = start_flows.flow_slug and s.deps_count = 0
+        order by s.step_index
+      loop
+        execute format(
+          $q$
+            with sent as (
+              insert into pgmq.%I (vt, message)
+              select clock_timestamp() + make_interval(secs => $1),
+                jsonb_build_object('flow_slug', $2, 'run_id', r.run_id, 'step_slug', $3, 'task_index', 0)
+              from unnest($4::uuid[]) as r (run_id)
+              returning msg_id, message
+            )
+            insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+            select (s.message ->> 'run_id')::uuid, $2, $3, 0, s.msg_id, $5
+            from sent as s
+          $q$,
+          pgflow.pgmq_table_name(v_root.queue_name)
+        )
+        using v_root.delay, flow_slug, v_root.step_slug, v_new, v_root.queue_name;
+        perform pg_notify(
+          'pgflow_run_' || replace(r.run_id::text, '-', ''),
+          json_build_object('event', 'step:started', 'run_id', r.run_id, 'step_slug', v_root.step_slug,
+            'status', 'started')::text
+        )
+        from unnest(v_new) as r (run_id);
+      end loop;
+    else
+      perform pgflow._advance_run(r.run_id) from unnest(v_new) as r (run_id);
+    end if;
+  end if;
+
+  return query
+  select r.*
+  from unnest(v_ids, idempotency_keys) with ordinality as w (run_id, key, n)
+  cross join lateral (
+    select x.* from pgflow.runs as x where x.run_id = w.run_id
+    union all
+    select x.* from pgflow.runs as x
+    where w.key is not null and x.flow_slug = start_flows.flow_slug and x.idempotency_key = w.key
+    limit 1
+  ) as r
+  order by w.n;
 end;
 $$;
 

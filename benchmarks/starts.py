@@ -1,0 +1,129 @@
+"""How fast runs start: one `pgflow.start_flow` call per run (its own transaction, as a client
+starting runs one by one), next to `pgflow.start_flows` (engine 0014) with chunks of 100, 1,000
+and 10,000 inputs per call, and `Client.start_flows` (which also validates every input against
+the flow's input type first), in the same run on the same server.
+
+The flow is the 3-step chain of `engine_throughput.py` (its first step starts with each run),
+RUNS runs per measurement, a fresh database each time. Prints runs/s per repeat and their
+median, and each bulk rate as a multiple of the single-call rate measured in the same repeat.
+
+    .venv/bin/python benchmarks/starts.py [--runs 10000] [--repeat 3] [--durable]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from typing_extensions import TypedDict
+
+from benchmarks.engine_throughput import FLOW, STEPS, define_chain, fresh_database, server
+from pgflow_gen.runtime import Client, Flow, Step, migrations
+
+CHUNKS = (100, 1000, 10_000)
+
+
+class ChainInput(TypedDict):
+    i: int
+
+
+CHAIN: Flow[Any, ChainInput, Any] = Flow(
+    slug=FLOW,
+    steps=tuple(
+        Step(slug=step, dependencies=(STEPS[index - 1],) if index else ())
+        for index, step in enumerate(STEPS)
+    ),
+    input_type=ChainInput,
+)
+
+
+def prepared(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrations.migrate(conn)
+        define_chain(conn, 1, step_queues=False)
+
+
+def single(url: str, runs: int) -> float:
+    """Runs per second of one start_flow call per run."""
+    prepared(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        for i in range(runs):
+            conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+        return runs / (time.perf_counter() - started)
+
+
+def bulk(url: str, runs: int, chunk: int) -> float:
+    """Runs per second of start_flows with `chunk` inputs per call."""
+    prepared(url)
+    inputs = [Jsonb({"i": i}) for i in range(runs)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        for at in range(0, runs, chunk):
+            conn.execute(
+                "select from pgflow.start_flows(%s, %s::jsonb[])", (FLOW, inputs[at : at + chunk])
+            )
+        return runs / (time.perf_counter() - started)
+
+
+def client(url: str, runs: int, chunk: int = 1000) -> float:
+    """Runs per second of Client.start_flows, validation included, `chunk` inputs per call."""
+    prepared(url)
+    inputs: list[ChainInput] = [{"i": i} for i in range(runs)]
+    with Client(url) as pgflow:
+        started = time.perf_counter()
+        for at in range(0, runs, chunk):
+            pgflow.start_flows(CHAIN, inputs[at : at + chunk])
+        return runs / (time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--durable", action="store_true", help="the server's durable defaults (fsync on)"
+    )
+    args = parser.parse_args(argv)
+    figures: dict[str, list[float]] = {}
+    with server(args.durable) as admin:
+        print(
+            f"{args.runs:,} runs per measurement, median of {args.repeat},"
+            f" {'durable (server defaults)' if args.durable else 'fast settings'}",
+            flush=True,
+        )
+        for _ in range(args.repeat):
+            with fresh_database(admin) as url:
+                figures.setdefault("start_flow, one call per run", []).append(
+                    single(url, args.runs)
+                )
+            for chunk in CHUNKS:
+                with fresh_database(admin) as url:
+                    figures.setdefault(f"start_flows, {chunk:,} per call", []).append(
+                        bulk(url, args.runs, chunk)
+                    )
+            with fresh_database(admin) as url:
+                figures.setdefault("Client.start_flows, 1,000 per call", []).append(
+                    client(url, args.runs)
+                )
+    base = figures["start_flow, one call per run"]
+    for name, rates in figures.items():
+        times = [r / b for r, b in zip(rates, base, strict=True)]
+        print(
+            f"{name:<36} {statistics.median(rates):>9,.0f} runs/s"
+            f" ({statistics.median(times):5.1f}x); per repeat "
+            + ", ".join(f"{r:,.0f}" for r in rates),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

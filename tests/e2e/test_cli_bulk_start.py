@@ -1,0 +1,142 @@
+"""`pgflow-gen start FLOW --inputs FILE` against the real engine: one run per JSON line, every
+line checked before anything starts, idempotency keys from line numbers, and a resume hint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pgflow_gen import cli
+from tests.e2e.harness import PROJECT, Db
+
+MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:
+    code = cli.main([*args, "--database-url", db_url])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def plain(db: Db) -> Db:
+    db.conn.execute(MIGRATION.read_text())
+    return db
+
+
+def jsonl(tmp_path: Path, *lines: str) -> str:
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return str(path)
+
+
+def runs(db: Db) -> list[tuple[str, str | None]]:
+    rows = db.conn.execute(
+        "select input ->> 'name', idempotency_key from pgflow.runs order by input ->> 'name'"
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_each_line_starts_a_run(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}', "", '{"name": "Grace"}', '{"name": "Linus"}')
+
+    code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, "--chunk", "2")
+
+    assert (code, err) == (0, "")
+    assert out.startswith("started 3 run(s) of e2ePlain from 3 line(s) in ")
+    assert runs(plain) == [("Ada", None), ("Grace", None), ("Linus", None)]
+    queued = plain.conn.execute("select count(*) from pgmq.q_e2eplain").fetchone()
+    assert queued == (3,)
+
+
+def test_a_key_prefix_makes_starting_the_file_again_start_only_what_is_missing(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = jsonl(tmp_path, '{"name": "Ada"}', '{"name": "Grace"}')
+    code, _, _ = run_cli(
+        capsys, db_url, "start", "e2ePlain", "--inputs", first, "--key-prefix", "b1"
+    )
+    assert code == 0
+    more = jsonl(tmp_path, '{"name": "Ada"}', '{"name": "Grace"}', '{"name": "Linus"}')
+
+    code, out, _ = run_cli(
+        capsys, db_url, "start", "e2ePlain", "--inputs", more, "--key-prefix", "b1",
+        "--format", "json",
+    )  # fmt: skip
+
+    assert code == 0
+    document = json.loads(out)
+    assert (document["started"], document["existing"]) == (1, 2)
+    assert [(r["line"], r["created"]) for r in document["runs"]] == [
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
+    assert runs(plain) == [("Ada", "b1:1"), ("Grace", "b1:2"), ("Linus", "b1:3")]
+
+
+def test_bad_lines_are_listed_with_their_numbers_and_nothing_starts(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": 7}', "not json", '{"name": "Linus"}')
+    code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path)
+    assert (code, out) == (2, "")
+    assert "1 line(s) are not JSON; nothing was started" in err
+    assert "line 3: Expecting value (column 1)" in err
+
+    path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": 7}', "{}")
+    code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path)
+    assert (code, out) == (2, "")
+    assert "2 of 3 input(s) do not fit flow e2ePlain; nothing was started" in err
+    assert "line 2: " in err
+    assert "line 3: " in err
+    assert "Traceback" not in err
+    assert runs(plain) == []
+
+
+def test_skip_resumes_after_the_lines_already_started(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": "Grace"}', '{"name": "Linus"}')
+    code, out, _ = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, "--skip", "2")
+    assert code == 0
+    assert out.startswith("started 1 run(s) of e2ePlain from 1 line(s) (skipped the first 2")
+    assert runs(plain) == [("Linus", None)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--input", '{"name": "Ada"}'], "--input starts one run; --inputs starts one per line"),
+        (["--wait"], "--wait starts one run"),
+        (["--chunk", "0"], "--chunk must be at least 1"),
+    ],
+)
+def test_options_that_do_not_go_with_inputs_are_refused(
+    plain: Db,
+    db_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}')
+    code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, *extra)
+    assert (code, out) == (2, "")
+    assert message in err
+    assert runs(plain) == []
+
+
+def test_a_missing_file_is_one_line_of_error(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(
+        capsys, db_url, "start", "e2ePlain", "--inputs", str(tmp_path / "none.jsonl")
+    )
+    assert (code, out) == (1, "")
+    assert err.startswith("error: No such file or directory: ")
+    assert len(err.splitlines()) == 1
