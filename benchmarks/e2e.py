@@ -1,13 +1,17 @@
 """End-to-end benchmarks: real worker processes from generated entry files, next to raw PGMQ.
 
-    .venv/bin/python benchmarks/e2e.py [--runs 1500]
-        [--only throughput latency isolation idle retry]
+    .venv/bin/python benchmarks/e2e.py [--runs 1500] [--durable]
+        [--only throughput latency steady isolation idle retry]
 
 1. throughput: a 3-step sequential step-queued flow (`benchChain`), one worker process per step;
    RUNS runs become visible at once; tasks/s until the last run completes. Raw PGMQ in the same
    run: send + read + archive in batches of 10, by 1 client and by 3 clients (one queue each).
 2. latency: runs started one every 20 ms; the handoff from a step's completion to the claim of its
    dependent (the moment before its handler starts), from the engine's own timestamps.
+   steady: steady traffic on the same flow, runs started one by one (one start_flow call and
+   transaction each): first as fast as one client can for STEADY_S seconds (the saturation
+   rate), then at half the rate that phase completed runs at; for each, completed tasks/s, the
+   handoff p50/p95/p99 and the workers' CPU time per task (from /proc).
 3. isolation: p95 of a fast step's latency (run start to step completion) while a slow step
    (50 ms per task, 10 at a time) has a 500-task backlog, in queue mode step (`isoSteps`, a worker
    process per step) and flow mode (`isoFlow`, one worker process for both), next to its idle p95.
@@ -16,8 +20,9 @@
    whose task fails its first attempt (base_delay 1: the retry is due 2 s later); the lateness
    is the retry's start minus the failure's time minus 2 s, both from the worker's clock.
 
-Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off), a fresh
-database per measurement, or PGFLOW_BENCH_DATABASE_URL.
+Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off; with
+`--durable` the server's defaults), a fresh database per measurement, or
+PGFLOW_BENCH_DATABASE_URL.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,8 @@ from pgflow_gen.runtime import migrations
 
 PROJECT = Path(__file__).parent / "project"
 DEADLINE_S = 300.0
+#: How long each steady-traffic phase starts runs.
+STEADY_S = 10.0
 
 
 class Worker:
@@ -54,6 +62,11 @@ class Worker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+
+    def cpu(self) -> float:
+        """CPU seconds the worker process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def wait_started(self) -> None:
         until(lambda: " started (" in self.log_path.read_text(), f"{self.log_path.name}")
@@ -111,17 +124,21 @@ def migrated(url: str) -> None:
 CHAIN = ("bench_chain.one", "bench_chain.two", "bench_chain.three")
 
 
-def throughput(url: str, runs: int) -> float:
+def throughput(url: str, runs: int) -> tuple[float, float]:
+    """(tasks per second, the workers' CPU time per task in us) of RUNS runs started at once."""
     migrated(url)
-    with workers(url, *CHAIN), psycopg.connect(url, autocommit=True) as conn:
+    with workers(url, *CHAIN) as started, psycopg.connect(url, autocommit=True) as conn:
+        cpu_before = sum(w.cpu() for w in started)
         conn.execute(
             "select pgflow.start_flow('benchChain', jsonb_build_object('i', i))"
             " from generate_series(1, %s) as i",
             (runs,),
         )  # one transaction: every first task becomes visible at the same moment
-        started = time.perf_counter()
+        began = time.perf_counter()
         until_completed(conn, runs, "benchChain")
-        return 3 * runs / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - began
+        cpu = sum(w.cpu() for w in started) - cpu_before
+        return 3 * runs / elapsed, 1e6 * cpu / (3 * runs)
 
 
 def latency(url: str, runs: int = 300) -> list[float]:
@@ -131,14 +148,74 @@ def latency(url: str, runs: int = 300) -> list[float]:
             conn.execute("select pgflow.start_flow('benchChain', %s)", (Jsonb({"i": i}),))
             time.sleep(0.02)  # the arrival rate of the measurement, not a synchronisation
         until_completed(conn, runs, "benchChain")
-        rows = conn.execute(
-            "select extract(epoch from (t.started_at - d.completed_at)) * 1000"
-            " from pgflow.step_tasks as t"
-            " join pgflow.deps as dep"
-            " on dep.flow_slug = t.flow_slug and dep.step_slug = t.step_slug"
-            " join pgflow.step_tasks as d on d.run_id = t.run_id and d.step_slug = dep.dep_slug"
-        ).fetchall()
+        return handoffs(conn)
+
+
+def handoffs(conn: psycopg.Connection[Any], since: int = 0) -> list[float]:
+    """Milliseconds from each completion to the claim of its dependent task, from the engine's
+    timestamps, for the runs started with an input `i` of at least `since`."""
+    rows = conn.execute(
+        "select extract(epoch from (t.started_at - d.completed_at)) * 1000"
+        " from pgflow.step_tasks as t"
+        " join pgflow.runs as r on r.run_id = t.run_id and (r.input ->> 'i')::int >= %s"
+        " join pgflow.deps as dep"
+        " on dep.flow_slug = t.flow_slug and dep.step_slug = t.step_slug"
+        " join pgflow.step_tasks as d on d.run_id = t.run_id and d.step_slug = dep.dep_slug",
+        (since,),
+    ).fetchall()
     return [float(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One steady-traffic phase: runs started and their rate, tasks completed per second,
+    handoffs (ms) and the workers' CPU time per task (us)."""
+
+    runs: int
+    start_rate: float
+    tasks_per_s: float
+    handoffs: list[float]
+    cpu_us: float
+
+    def line(self, name: str) -> str:
+        h = self.handoffs
+        return (
+            f"{name}: {self.runs} runs started at {self.start_rate:,.0f}/s, {self.tasks_per_s:,.0f}"
+            f" tasks/s; handoff p50 {percentile(h, 50):.1f} ms, p95 {percentile(h, 95):.1f} ms,"
+            f" p99 {percentile(h, 99):.1f} ms; worker CPU {self.cpu_us:,.0f} us per task"
+        )
+
+
+def steady(url: str) -> tuple[Phase, Phase]:
+    """(as fast as one client can, half the rate that completed) on one database."""
+    migrated(url)
+    with workers(url, *CHAIN) as started, psycopg.connect(url, autocommit=True) as conn:
+        fastest = _phase(conn, started, rate=None, first=0)
+        half = fastest.tasks_per_s / 3 / 2
+        return fastest, _phase(conn, started, rate=half, first=fastest.runs)
+
+
+def _phase(
+    conn: psycopg.Connection[Any], started: list[Worker], rate: float | None, first: int
+) -> Phase:
+    """Start runs one by one for STEADY_S seconds (at `rate` per second, or as fast as this
+    client can), numbered from `first`, and wait until they complete."""
+    cpu_before = sum(w.cpu() for w in started)
+    begin = time.perf_counter()
+    i = first
+    while (now := time.perf_counter()) - begin < STEADY_S:
+        if rate is not None and (due := begin + (i - first) / rate) > now:
+            time.sleep(due - now)  # the arrival rate of the measurement, not a synchronisation
+        conn.execute("select pgflow.start_flow('benchChain', %s)", (Jsonb({"i": i}),))
+        i += 1
+    runs = i - first
+    start_rate = runs / (time.perf_counter() - begin)
+    until_completed(conn, i, "benchChain")
+    elapsed = time.perf_counter() - begin
+    cpu = sum(w.cpu() for w in started) - cpu_before
+    return Phase(
+        runs, start_rate, 3 * runs / elapsed, handoffs(conn, first), 1e6 * cpu / (3 * runs)
+    )
 
 
 def retry_lateness(url: str, runs: int = 50) -> list[float]:
@@ -238,27 +315,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=1500)
     parser.add_argument(
-        "--only", nargs="+", default=["throughput", "latency", "isolation", "idle", "retry"]
+        "--only",
+        nargs="+",
+        default=["throughput", "latency", "steady", "isolation", "idle", "retry"],
+    )
+    parser.add_argument(
+        "--durable", action="store_true", help="the server's durable defaults (fsync on)"
     )
     args = parser.parse_args(argv)
-    with server() as admin:
+    print("durable (server defaults)" if args.durable else "fast settings", flush=True)
+    with server(args.durable) as admin:
         if "throughput" in args.only:
             with fresh_database(admin) as url:
                 raw1 = raw_pgmq(url, 6000, 10).rate
             with fresh_database(admin) as url:
                 raw3 = raw_pgmq(url, 6000, 10, 3).rate
             with fresh_database(admin) as url:
-                rate = throughput(url, args.runs)
-            print(f"throughput: {rate:,.0f} tasks/s ({args.runs} runs x 3 steps, 3 workers)")
+                rate, cpu_us = throughput(url, args.runs)
+            print(
+                f"throughput: {rate:,.0f} tasks/s ({args.runs} runs x 3 steps, 3 workers),"
+                f" worker CPU {cpu_us:,.0f} us per task"
+            )
             print(f"  raw PGMQ batch 10: 1 client {raw1:,.0f} msg/s, 3 clients {raw3:,.0f} msg/s")
             print(f"  ratio: {100 * rate / raw1:.1f} % of 1 client, {100 * rate / raw3:.1f} % of 3")
         if "latency" in args.only:
             with fresh_database(admin) as url:
-                handoffs = latency(url)
+                waits = latency(url)
             print(
-                f"handoff latency ({len(handoffs)} handoffs): p50 {percentile(handoffs, 50):.1f}"
-                f" ms, p95 {percentile(handoffs, 95):.1f} ms, p99 {percentile(handoffs, 99):.1f} ms"
+                f"handoff latency ({len(waits)} handoffs): p50 {percentile(waits, 50):.1f}"
+                f" ms, p95 {percentile(waits, 95):.1f} ms, p99 {percentile(waits, 99):.1f} ms"
             )
+        if "steady" in args.only:
+            with fresh_database(admin) as url:
+                fastest, half = steady(url)
+            print(fastest.line("steady, as fast as one client starts runs"), flush=True)
+            print(half.line("steady, at half that rate"), flush=True)
         if "isolation" in args.only:
             modes = {
                 "step": ("isoSteps", ("iso_steps.slow", "iso_steps.fast")),

@@ -92,11 +92,12 @@ def fresh_database(admin_url: str) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class Result:
-    """Items (messages or tasks) per second, and the server's CPU time per item in us (None
-    when the server's processes cannot be read from here)."""
+    """Items (messages or tasks) per second, the server's CPU time per item in us (None when
+    the server's processes cannot be read from here), and the WAL written per item in bytes."""
 
     rate: float
     server_us: float | None
+    wal_bytes: float = 0.0
 
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> float | None:
@@ -112,6 +113,8 @@ def backend_cpu(conn: psycopg.Connection[Any]) -> float | None:
 def in_parallel(url: str, loops: Sequence[Callable[[psycopg.Connection[Any]], int]]) -> Result:
     """Run each loop in a process of its own on its own connection, all released at once;
     items per second from the release until the last one ends."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        wal_before = _wal_position(conn)
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(len(loops) + 1)
     done = context.Queue()
@@ -135,7 +138,15 @@ def in_parallel(url: str, loops: Sequence[Callable[[psycopg.Connection[Any]], in
     items = sum(r[0] for r in results)
     cpus = [r[1] for r in results]
     server_us = None if None in cpus else 1e6 * sum(cpus) / items
-    return Result(items / elapsed, server_us)
+    with psycopg.connect(url, autocommit=True) as conn:
+        wal = _wal_position(conn) - wal_before
+    return Result(items / elapsed, server_us, wal / items)
+
+
+def _wal_position(conn: psycopg.Connection[Any]) -> int:
+    """Bytes of WAL the server has written so far (every database's)."""
+    row = conn.execute("select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
 
 
 def _client(
@@ -214,7 +225,7 @@ def engine(
         for i in range(runs):
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
         start_rate = runs / (time.perf_counter() - started)
-    result = in_parallel(url, [_engine_loop(loop, route, batch) for route in routes])
+    result = in_parallel(url, [engine_loop(loop, route, batch) for route in routes])
     with psycopg.connect(url, autocommit=True) as conn:
         completed = conn.execute(
             "select count(*) from pgflow.runs where status = 'completed'"
@@ -265,14 +276,22 @@ def define_chain(conn: psycopg.Connection[Any], clients: int, step_queues: bool)
 CLAIMED = "select run_id, step_slug, task_index, attempt from "
 
 
-def _engine_loop(name: str, route: Route, batch: int) -> Callable[[psycopg.Connection[Any]], int]:
+def engine_loop(
+    name: str, route: Route, batch: int, claim_times: list[float] | None = None
+) -> Callable[[psycopg.Connection[Any]], int]:
+    """The engine loop `name` of one client; `claim_times` collects each read_and_claim
+    call's seconds."""
     selector = (FLOW, route.queue, route.worker_id)
 
     def read_and_claim(conn: psycopg.Connection[Any]) -> list[Any]:
-        return conn.execute(
+        started = time.perf_counter()
+        tasks = conn.execute(
             CLAIMED + "pgflow.read_and_claim(%s, %s, %s, %s, 30, %s)",
             (*selector, batch, route.step),
         ).fetchall()
+        if claim_times is not None:
+            claim_times.append(time.perf_counter() - started)
+        return tasks
 
     def two_calls(conn: psycopg.Connection[Any]) -> list[Any]:
         ids = [
@@ -427,7 +446,10 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
 
 def _server(results: list[Result]) -> str:
     cpu = [r.server_us for r in results if r.server_us is not None]
-    return f" ({statistics.median(cpu):,.0f} us server CPU each)" if cpu else ""
+    wal = statistics.median(r.wal_bytes for r in results)
+    if not cpu:
+        return f" ({wal:,.0f} B WAL each)"
+    return f" ({statistics.median(cpu):,.0f} us server CPU, {wal:,.0f} B WAL each)"
 
 
 if __name__ == "__main__":

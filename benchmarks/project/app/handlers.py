@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from app.pgflow import bench_retry, iso_flow, iso_steps
+from app.pgflow import bench_fan, bench_retry, iso_flow, iso_steps
 from app.pgflow.bench_chain import Input, ThreeDeps, TwoDeps
 from pgflow_gen.runtime import Context
 
@@ -39,3 +39,15 @@ def flaky(flow_input: bench_retry.Input, ctx: Context[bench_retry.Input], /) -> 
     if ctx.attempt == 1:
         raise RuntimeError(f"failed at {time.time():.6f}")
     return time.time()
+
+
+async def items(flow_input: bench_fan.Input, ctx: Context[bench_fan.Input], /) -> list[int]:
+    return list(range(flow_input["n"]))
+
+
+async def each(item: int, ctx: Context[bench_fan.Input], /) -> int:
+    return item
+
+
+async def total(deps: bench_fan.TotalDeps, ctx: Context[bench_fan.Input], /) -> int:
+    return sum(deps["each"])
