@@ -277,10 +277,16 @@ CLAIMED = "select run_id, step_slug, task_index, attempt from "
 
 
 def engine_loop(
-    name: str, route: Route, batch: int, claim_times: list[float] | None = None
+    name: str,
+    route: Route,
+    batch: int,
+    claim_times: list[float] | None = None,
+    finished: Callable[[psycopg.Connection[Any]], bool] | None = None,
 ) -> Callable[[psycopg.Connection[Any]], int]:
     """The engine loop `name` of one client; `claim_times` collects each read_and_claim
-    call's seconds."""
+    call's seconds; `finished` says when a claim that found nothing means the end (default:
+    no run is started any more)."""
+    done_yet = finished or _all_runs_finished
     selector = (FLOW, route.queue, route.worker_id)
 
     def read_and_claim(conn: psycopg.Connection[Any]) -> list[Any]:
@@ -316,7 +322,7 @@ def engine_loop(
         tasks = claim(conn)
         while True:
             if not tasks:
-                if _all_runs_finished(conn):
+                if done_yet(conn):
                     return done
                 tasks = claim(conn)
                 continue

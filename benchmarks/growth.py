@@ -6,9 +6,11 @@ pruning, many flows, many idle workers. Each figure next to a baseline measured 
 
 1. fanout: one run of `benchFan` (project/flows/fan.yaml): its first step returns ELEMENTS
    integers, the map step's one worker process runs 100 at a time, then a step adds them up.
-   From the engine's timestamps: how soon the first element starts after the fan-out, the drain
-   rate, and how soon the aggregating step starts after the last element. Baseline: the 3-step
-   chain with a worker process per step, its runs started at once (as `e2e.py throughput`).
+   How soon the first element starts after the fan-out commits (the commit's time is when a
+   listener hears the map queue's insert notification), the drain rate, and how soon the
+   aggregating step starts after the last element (from the engine's timestamps). Baselines:
+   the 3-step chain with a worker process per step, its runs started at once (as `e2e.py
+   throughput`), and `fanout.py`'s fan-out call next to a `pgmq.send_batch` of as many.
 2. history: the engine loop of `engine_throughput.py` (read_and_claim, batch 10) on a database
    holding HISTORY finished runs of the chain (written set-based, as if they had run a day
    ago), next to the same loop on an empty database; then the same loop while
@@ -36,7 +38,17 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from benchmarks.e2e import CHAIN, count, migrated, percentile, throughput, until, workers
+from benchmarks import fanout as fanout_benchmark
+from benchmarks.e2e import (
+    CHAIN,
+    DEADLINE_S,
+    count,
+    migrated,
+    percentile,
+    throughput,
+    until,
+    workers,
+)
 from benchmarks.engine_throughput import (
     FLOW,
     Route,
@@ -45,6 +57,7 @@ from benchmarks.engine_throughput import (
     fresh_database,
     server,
 )
+from pgflow_gen import naming
 from pgflow_gen.runtime import migrations
 
 FAN = ("bench_fan.items", "bench_fan.each", "bench_fan.total")
@@ -55,7 +68,21 @@ FAN = ("bench_fan.items", "bench_fan.each", "bench_fan.total")
 
 def fanout(url: str, elements: int) -> dict[str, float]:
     migrated(url)
+    committed: list[float] = []
+    listening = threading.Event()
+
+    def hear_the_commit() -> None:
+        # The map queue's insert notification arrives when the fan-out commits.
+        with psycopg.connect(url, autocommit=True) as listener:
+            listener.execute(f'listen "{naming.pgmq_insert_channel("benchfan__each")}"')
+            listening.set()
+            for _ in listener.notifies(timeout=DEADLINE_S, stop_after=1):
+                committed.append(time.time())
+
+    hearing = threading.Thread(target=hear_the_commit)
     with workers(url, *FAN), psycopg.connect(url, autocommit=True) as conn:
+        hearing.start()
+        listening.wait(timeout=60)
         row = conn.execute(
             "select run_id from pgflow.start_flow('benchFan', %s)", (Jsonb({"n": elements}),)
         ).fetchone()
@@ -68,6 +95,14 @@ def fanout(url: str, elements: int) -> dict[str, float]:
             ) == 1,
             "the fan-out run",
         )  # fmt: skip
+        hearing.join()
+        assert committed, "the fan-out's insert notification never came"
+        first_start = conn.execute(
+            "select extract(epoch from min(started_at)) from pgflow.step_tasks"
+            " where run_id = %s and step_slug = 'each'",
+            (run_id,),
+        ).fetchone()
+        assert first_start is not None
         times = conn.execute(
             """
             select
@@ -91,7 +126,10 @@ def fanout(url: str, elements: int) -> dict[str, float]:
     assert times is not None
     first_ms, drain_s, aggregate_ms, total_s = (float(t) for t in times)
     return {
-        "first element starts after the fan-out (ms)": first_ms,
+        "fan-out, from its step's completion to its commit (ms)": 1000
+        * (committed[0] - (float(first_start[0]) - first_ms / 1000)),
+        "first element starts after the fan-out commits (ms)": 1000
+        * (float(first_start[0]) - committed[0]),
         "drain (tasks/s)": elements / drain_s,
         "aggregating step starts after the last element (ms)": aggregate_ms,
         "run, end to end (s)": total_s,
@@ -137,19 +175,35 @@ def write_history(url: str, runs: int) -> float:
             """
         )
         conn.execute("vacuum analyze")
-        return time.perf_counter() - started
+        wrote = time.perf_counter() - started
+        conn.execute("checkpoint")  # the written pages go out now, not during the measurement
+        return wrote
 
 
 def chain_loop(url: str, runs: int, batch: int = 10) -> tuple[float, list[float]]:
     """(tasks/s of the read_and_claim loop on `runs` new runs, each claim's seconds)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        for i in range(runs):
-            conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+        run_ids = [
+            row[0]
+            for i in range(runs)
+            for row in conn.execute(
+                "select run_id from pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i}))
+            )
+        ]
         [(worker_id, queue)] = conn.execute(
             "select worker_id, queue_name from pgflow.workers"
         ).fetchall()
+
+    def finished(conn: psycopg.Connection[Any]) -> bool:
+        # By run id: a scan for started runs would read the whole history.
+        row = conn.execute(
+            "select count(*) from pgflow.runs where run_id = any(%s) and status = 'started'",
+            (run_ids,),
+        ).fetchone()
+        return row == (0,)
+
     claims: list[float] = []
-    loop = engine_loop("read_and_claim", Route(queue, None, worker_id), batch, claims)
+    loop = engine_loop("read_and_claim", Route(queue, None, worker_id), batch, claims, finished)
     with psycopg.connect(url, autocommit=True) as conn:  # in this process: claims are kept here
         started = time.perf_counter()
         done = loop(conn)
@@ -328,9 +382,19 @@ def main(argv: list[str] | None = None) -> int:
                 chain, _ = throughput(url, 1500)
             with fresh_database(admin) as url:
                 figures = fanout(url, args.elements)
+            with fresh_database(admin) as url:
+                cost = fanout_benchmark.fan_out(url, args.elements, "statement_trigger")
+            with fresh_database(admin) as url:
+                send_batch = fanout_benchmark.send_batch(url, args.elements)
             print(f"fanout of {args.elements:,} elements:", flush=True)
             for name, value in figures.items():
                 print(f"  {name}: {value:,.1f}", flush=True)
+            print(
+                f"  the fan-out's complete_task alone (fanout.py): {1000 * cost:,.1f} ms,"
+                f" {cost / send_batch:.1f}x a pgmq.send_batch of as many ({1000 * send_batch:,.1f}"
+                " ms)",
+                flush=True,
+            )
             print(f"  baseline, the 3-step chain with a worker per step: {chain:,.0f} tasks/s")
         if "history" in args.only:
             for line in history(admin, args.history):

@@ -52,6 +52,22 @@ def root_map(slug: str) -> tuple[dict[str, Any], ...]:
     return ({"slug": "each", "step_type": "map"}, {"slug": "total", "deps_slugs": ["each"]})
 
 
+def fan_out(slug: str) -> tuple[dict[str, Any], ...]:
+    """A dependent map whose elements are polled a few at a time (batches that do not finish
+    their step), next to a plain chain in the same batches."""
+    return (
+        {"slug": "items"},
+        {"slug": "each", "deps_slugs": ["items"], "step_type": "map"},
+        {"slug": "total", "deps_slugs": ["each"]},
+        {"slug": "side"},
+        {"slug": "after", "deps_slugs": ["side"]},
+    )
+
+
+def fan_out_output(task: Task) -> Any:
+    return list(range(7)) if task.step_slug == "items" else [task.step_slug, task.task_index]
+
+
 def mixed_output(task: Task) -> Any:
     if task.step_slug != "top":
         return {"step": task.step_slug, "index": task.task_index}
@@ -63,7 +79,10 @@ CASES: dict[str, tuple[Callable[[str], tuple[dict[str, Any], ...]], list[Any], O
     "diamond": (diamond, [{"n": n} for n in range(6)], lambda t: {"from": t.step_slug}),
     "mixed": (mixed, [{"n": n} for n in range(7)], mixed_output),
     "root_map": (root_map, [[1, 2, 3], [], [4], [5, 6]], lambda t: t.task_index * 10),
+    "fan_out": (fan_out, [{"n": 1}, {"n": 2}], fan_out_output),
 }
+#: How many tasks each poll takes, per case (default: every visible one).
+POLL_QTY = {"fan_out": 3}
 
 
 def drive(
@@ -79,7 +98,7 @@ def drive(
     for run_id, value in zip(run_ids, inputs, strict=True):
         engine.call("start_flow", flow, Jsonb(value), run_id=run_id)
     for _ in range(50):
-        tasks = engine.poll(flow)
+        tasks = engine.poll(flow, qty=POLL_QTY.get(flow.rsplit("_", 1)[0], 50))
         if not tasks:
             return run_ids
         outputs = [output(task) for task in tasks]

@@ -2,19 +2,21 @@
 -- reports the results it collected together). Returns each task's row afterwards, in input order.
 --
 -- The common case is done set-based, a handful of statements for the whole batch: a started task
--- of a single step whose children are all plain single steps (no condition, not a map). Its step
+-- of a single step whose children are all plain single steps (no condition, not a map). So are
+-- the tasks of a map step that has more tasks left than the batch holds of it (engine 0014): they
+-- only count their step down. Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
 -- the batch), the tasks' messages are archived (one call per queue), and runs with no step left
--- complete. Every other task (a map task, a step with a conditional or map child, a late
--- callback of a finished run) goes through complete_task, after the set-based ones, in input
--- order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
+-- complete. Every other task (a map task that may finish its step, a step with a conditional or
+-- map child, a late callback of a finished run) goes through complete_task, after the set-based
+-- ones, in input order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
 -- for a single task). `attempts` fences each result as complete_task's `attempt` does: a stale
 -- one changes nothing and its row comes back unchanged.
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
 -- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
 -- The rows locked are updated by their row ids (ctid; stable while we hold the lock), and the
--- planner settings keep every plan index-driven: these tables grow from empty faster than
+-- planner settings keep every plan index-driven and its joins in the written order: these tables grow from empty faster than
 -- autovacuum analyses them, and a sequential scan per batch would grow with them.
 create function pgflow.complete_tasks(
   run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[], attempts int[]
@@ -25,6 +27,7 @@ volatile
 set search_path = ''
 set enable_seqscan = off
 set plan_cache_mode = force_generic_plan
+set join_collapse_limit = 1
 as $$
 declare
   v_count int := coalesce(cardinality(run_ids), 0);
@@ -35,6 +38,11 @@ declare
   v_finished uuid[];
   v_general int[];
   v_attempts int[];
+  v_map_positions bigint[];
+  v_map_task_rows tid[];
+  v_map_state_rows tid[];
+  v_map_queues text[];
+  v_map_messages bigint[];
   i int;
 begin
   if coalesce(cardinality(step_slugs), 0) <> v_count or coalesce(cardinality(task_indexes), 0) <> v_count
@@ -70,6 +78,7 @@ begin
       t.ctid as task_row, ss.ctid as state_row,
       r.status = 'started' and ss.status = 'started' and t.status = 'started'
         and (u.attempt is null or u.attempt = t.attempts_count) as live,
+      s.step_type = 'map' as mapped, ss.remaining_tasks,
       s.step_type = 'single' and not exists (
         select 1 from pgflow.deps as d
         join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
@@ -77,13 +86,15 @@ begin
           and (c.step_type <> 'single' or c.required_input_pattern is not null
             or c.forbidden_input_pattern is not null)
       ) as plain
+    -- Joined in this order (join_collapse_limit), each by its whole key: a task by the key
+    -- the caller sends, never by its step alone (a big map step has thousands).
     from unnest(run_ids, step_slugs, task_indexes, outputs, v_attempts) with ordinality
       as u (run_id, step_slug, task_index, output, attempt, ord)
-    join pgflow.runs as r on r.run_id = u.run_id
-    join pgflow.step_states as ss on ss.run_id = u.run_id and ss.step_slug = u.step_slug
-    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
     join pgflow.step_tasks as t
       on t.run_id = u.run_id and t.step_slug = u.step_slug and t.task_index = u.task_index
+    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    join pgflow.runs as r on r.run_id = t.run_id
+    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
     order by r.run_id, ss.step_slug, t.task_index
     for update of r, ss, t
   )
@@ -96,7 +107,13 @@ begin
     array_agg(l.output order by l.ord) filter (where l.live and l.plain) as outputs,
     array_agg(l.task_row order by l.ord) filter (where l.live and l.plain) as task_rows,
     array_agg(l.state_row order by l.ord) filter (where l.live and l.plain) as state_rows,
-    array_agg(l.ord order by l.ord) filter (where l.live and not l.plain) as general
+    array_agg(l.ord order by l.ord) filter (where l.live and not l.plain) as general,
+    -- Map tasks that do not finish their step here (fewer of its tasks in the batch than it has
+    -- left) only count down their step.
+    array_agg(l.ord order by l.ord) filter (where l.live and l.mapped) as map_positions,
+    array_agg(l.task_row order by l.ord) filter (where l.live and l.mapped) as map_task_rows,
+    array_agg(l.state_row order by l.ord) filter (where l.live and l.mapped) as map_state_rows,
+    array_agg(l.remaining_tasks order by l.ord) filter (where l.live and l.mapped) as map_remaining
   into v_batch
   from locked as l;
 
@@ -123,6 +140,24 @@ begin
     v_general := array(select generate_series(1, v_count));
   else
     v_general := v_batch.general;
+    -- The map tasks of a step with more tasks left than the batch holds complete set-based:
+    -- their step only counts down, as complete_task would do for each (no event, no child).
+    select array_agg(x.ord order by x.ord), array_agg(x.task_row order by x.ord),
+      array_agg(x.state_row order by x.ord)
+    into v_map_positions, v_map_task_rows, v_map_state_rows
+    from (
+      select m.ord, m.task_row, m.state_row, m.remaining,
+        count(*) over (partition by m.state_row) as in_batch
+      from unnest(v_batch.map_positions, v_batch.map_task_rows, v_batch.map_state_rows,
+        v_batch.map_remaining) as m (ord, task_row, state_row, remaining)
+    ) as x
+    where x.in_batch < x.remaining;
+    if v_map_positions is not null then
+      v_general := array(select g from unnest(v_general) as g where not (g = any (v_map_positions)));
+      if cardinality(v_general) = 0 then
+        v_general := null;
+      end if;
+    end if;
   end if;
 
   if v_batch.positions is not null and v_batch.distinct_found = v_count then
@@ -247,7 +282,9 @@ begin
               select 1 from pgflow.deps as d where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug
             )
         )
-        where r.run_id = any (v_started.finished_runs) and r.status = 'started' and r.remaining_steps = 0
+        -- By key alone: these runs are started and locked (their tasks were live), and a
+        -- condition on the status would let a generic plan walk the index of started runs.
+        where r.run_id = any (v_started.finished_runs) and r.remaining_steps = 0
         returning r.run_id
       )
       select array_agg(f.run_id order by f.run_id) into v_finished from finished as f;
@@ -257,6 +294,32 @@ begin
       )
       from unnest(v_finished) as f (run_id);
     end if;
+  end if;
+
+  if v_map_positions is not null then
+    with counted as (
+      update pgflow.step_states as ss set remaining_tasks = ss.remaining_tasks - c.n
+      from (
+        select m.state_row, count(*)::int as n from unnest(v_map_state_rows) as m (state_row)
+        group by m.state_row
+      ) as c
+      where ss.ctid = any (v_map_state_rows) and ss.ctid = c.state_row
+    ),
+    done as (
+      update pgflow.step_tasks as t
+      set status = 'completed', output = outputs[m.ord], completed_at = clock_timestamp()
+      from unnest(v_map_positions, v_map_task_rows) as m (ord, task_row)
+      where t.ctid = any (v_map_task_rows) and t.ctid = m.task_row
+      returning t.queue_name, t.message_id
+    )
+    select array_agg(d.queue_name order by d.message_id), array_agg(d.message_id order by d.message_id)
+    into v_map_queues, v_map_messages
+    from done as d;
+    for v_queue in select distinct q.name from unnest(v_map_queues) as q (name) order by 1 loop
+      perform pgmq.archive(v_queue, array(
+        select m.message_id from unnest(v_map_queues, v_map_messages) as m (queue_name, message_id)
+        where m.queue_name = v_queue));
+    end loop;
   end if;
 
   if v_general is not null then

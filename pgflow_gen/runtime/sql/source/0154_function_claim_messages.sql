@@ -48,6 +48,9 @@ declare
   v_heartbeat_at timestamptz;
   v_paused boolean;
   v_held bigint[];
+  v_source record;
+  v_array jsonb;
+  v_elements jsonb[];
 begin
   select w.stopped_at, w.last_heartbeat_at into v_stopped_at, v_heartbeat_at
   from pgflow.workers as w where w.worker_id = _claim_messages.worker_id;
@@ -167,16 +170,34 @@ begin
     end if;
   end if;
 
+  -- GUARD: a map task's input is one element of an array (the run input, or its dependency's
+  -- output) that may be large: it is read and unpacked once per run and step of the claim, not
+  -- once per task (a value read from its table is unpacked again by every use).
+  for v_source in
+    select distinct c.run_id, c.step_slug, s.deps_count
+    from unnest(v_run_ids, v_step_slugs) as c (run_id, step_slug)
+    join pgflow.steps as s on s.flow_slug = _claim_messages.flow_slug and s.step_slug = c.step_slug
+    where s.step_type = 'map'
+  loop
+    if v_source.deps_count = 0 then
+      select r.input || '[]'::jsonb into v_array from pgflow.runs as r where r.run_id = v_source.run_id;
+    else
+      select dep.output || '[]'::jsonb into v_array
+      from pgflow.deps as d
+      join pgflow.step_states as dep on dep.run_id = v_source.run_id and dep.step_slug = d.dep_slug
+      where d.flow_slug = _claim_messages.flow_slug and d.step_slug = v_source.step_slug;
+    end if;
+    v_elements := array(
+      select case when c.run_id = v_source.run_id and c.step_slug = v_source.step_slug
+        then v_array -> c.task_index else v_elements[c.n] end
+      from unnest(v_run_ids, v_step_slugs, v_task_indexes) with ordinality as c (run_id, step_slug, task_index, n)
+      order by c.n);
+  end loop;
+
   return query
   select _claim_messages.flow_slug, c.run_id, c.step_slug,
     case
-      when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
-      when s.step_type = 'map' then (
-        select dep.output -> c.task_index
-        from pgflow.deps as d
-        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
-        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
-      )
+      when s.step_type = 'map' then v_elements[c.n]
       else coalesce((
         select jsonb_object_agg(d.dep_slug, dep.output)
         from pgflow.deps as d
@@ -188,7 +209,7 @@ begin
     case when s.step_type = 'single' and s.deps_count = 0 then r.input end,
     c.attempt, c.timeout
   from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts)
-    as c (run_id, step_slug, task_index, message_id, attempt, timeout)
+    with ordinality as c (run_id, step_slug, task_index, message_id, attempt, timeout, n)
   join pgflow.runs as r on r.run_id = c.run_id
   join pgflow.steps as s on s.flow_slug = _claim_messages.flow_slug and s.step_slug = c.step_slug
   order by c.message_id;
