@@ -32,6 +32,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -219,17 +221,23 @@ def dead_tuples(url: str) -> int:
     return int(row[0] or 0) if row else 0
 
 
+@contextmanager
+def chain_database(admin: str, other_flows: int = 0) -> Iterator[str]:
+    """A fresh database with the engine, `other_flows` step-queued flows of 5 steps, and the
+    chain of `engine_throughput.py` with its one worker registered."""
+    with fresh_database(admin) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrations.migrate(conn)
+            many_flows(conn, other_flows)
+            define_chain(conn, 1, step_queues=False)
+        yield url
+
+
 def history(admin: str, runs: int) -> list[str]:
     lines = []
-    with fresh_database(admin) as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrations.migrate(conn)
-            define_chain(conn, 1, step_queues=False)
+    with chain_database(admin) as url:
         empty, _ = chain_loop(url, 1000)
-    with fresh_database(admin) as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrations.migrate(conn)
-            define_chain(conn, 1, step_queues=False)
+    with chain_database(admin) as url:
         wrote = write_history(url, runs)
         full, _ = chain_loop(url, 1000)
         lines.append(
@@ -293,22 +301,16 @@ def many_flows(conn: psycopg.Connection[Any], flows: int) -> None:
 
 
 def breadth(admin: str, flows: int) -> str:
-    with fresh_database(admin) as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrations.migrate(conn)
-            define_chain(conn, 1, step_queues=False)
+    with chain_database(admin) as url:
         alone, _ = chain_loop(url, 1000)
-    with fresh_database(admin) as url:
+    started = time.perf_counter()
+    with chain_database(admin, flows) as url:
+        compiled = time.perf_counter() - started
         with psycopg.connect(url, autocommit=True) as conn:
-            migrations.migrate(conn)
-            started = time.perf_counter()
-            many_flows(conn, flows)
-            compiled = time.perf_counter() - started
-            define_chain(conn, 1, step_queues=False)
             queues = count(conn, "select count(*) from pgmq.meta")
         among, _ = chain_loop(url, 1000)
     return (
-        f"breadth: {flows} more flows ({queues:,} queues, compiled in {compiled:.0f} s); the loop"
+        f"breadth: {flows} more flows ({queues:,} queues, set up in {compiled:.0f} s); the loop"
         f" {among:,.0f} tasks/s, {among / alone:.1%} of {alone:,.0f} with one flow"
     )
 

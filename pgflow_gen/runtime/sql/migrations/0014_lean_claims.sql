@@ -570,22 +570,23 @@ $$;
 -- reports the results it collected together). Returns each task's row afterwards, in input order.
 --
 -- The common case is done set-based, a handful of statements for the whole batch: a started task
--- of a single step whose children are all plain single steps (no condition, not a map). So are
--- the tasks of a map step that has more tasks left than the batch holds of it (engine 0014): they
--- only count their step down. Its step
+-- of a single step whose children are all plain single steps (no condition, not a map). Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
 -- the batch), the tasks' messages are archived (one call per queue), and runs with no step left
--- complete. Every other task (a map task that may finish its step, a step with a conditional or
--- map child, a late callback of a finished run) goes through complete_task, after the set-based
--- ones, in input order; so does a batch that names a task twice, and a batch of one (complete_task is cheaper
--- for a single task). `attempts` fences each result as complete_task's `attempt` does: a stale
--- one changes nothing and its row comes back unchanged.
+-- complete. So are the tasks of a map step that has more tasks left than the batch holds of it
+-- (engine 0014): they only count their step down. Every other task (a map task that may finish
+-- its step, a step with a conditional or map child, a late callback of a finished run) goes
+-- through complete_task, after the set-based ones, in input order; so does a batch that names a
+-- task twice, and a batch of one (complete_task is cheaper for a single task). `attempts` fences
+-- each result as complete_task's `attempt` does: a stale one changes nothing and its row comes
+-- back unchanged.
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
 -- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
 -- The rows locked are updated by their row ids (ctid; stable while we hold the lock), and the
--- planner settings keep every plan index-driven and its joins in the written order: these tables grow from empty faster than
--- autovacuum analyses them, and a sequential scan per batch would grow with them.
+-- planner settings keep every plan index-driven and its joins in the written order: these tables
+-- grow from empty faster than autovacuum analyses them, and a sequential scan per batch would
+-- grow with them.
 create or replace function pgflow.complete_tasks(
   run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[], attempts int[]
 )
