@@ -22,7 +22,9 @@
 
 Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off; with
 `--durable` the server's defaults), a fresh database per measurement, or
-PGFLOW_BENCH_DATABASE_URL.
+PGFLOW_BENCH_DATABASE_URL. `--linger-ms N` sets the reporter's linger (REPORT_LINGER_S in
+`pgflow_gen/runtime/reporter.py`, 2 ms) in every worker process, for an A/B of it: the entry
+file runs as it is, after a line that sets the constant.
 """
 
 from __future__ import annotations
@@ -49,14 +51,26 @@ PROJECT = Path(__file__).parent / "project"
 DEADLINE_S = 300.0
 #: How long each steady-traffic phase starts runs.
 STEADY_S = 10.0
+#: The reporter's linger in seconds in every worker process; None leaves its default.
+LINGER_S: float | None = None
 
 
 class Worker:
     def __init__(self, url: str, module: str, logs: Path, **env: str) -> None:
         self.log_path = logs / f"{module}.{time.monotonic_ns()}.log"
         self._log = self.log_path.open("w")
+        entry = f"app.pgflow.workers.{module}"
+        command = [sys.executable, "-m", entry]
+        if LINGER_S is not None:
+            command = [
+                sys.executable,
+                "-c",
+                "import runpy, pgflow_gen.runtime.reporter as reporter;"
+                f" reporter.REPORT_LINGER_S = {LINGER_S!r};"
+                f" runpy.run_module({entry!r}, run_name='__main__', alter_sys=True)",
+            ]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"app.pgflow.workers.{module}"],
+            command,
             cwd=PROJECT,
             env={**os.environ, "PGFLOW_DATABASE_URL": url, "PYTHONUNBUFFERED": "1", **env},
             stdout=self._log,
@@ -322,8 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--durable", action="store_true", help="the server's durable defaults (fsync on)"
     )
+    parser.add_argument(
+        "--linger-ms", type=float, help="the reporter's linger in the worker processes"
+    )
     args = parser.parse_args(argv)
-    print("durable (server defaults)" if args.durable else "fast settings", flush=True)
+    global LINGER_S
+    if args.linger_ms is not None:
+        LINGER_S = args.linger_ms / 1000
+    print(
+        ("durable (server defaults)" if args.durable else "fast settings")
+        + ("" if LINGER_S is None else f", reporter linger {args.linger_ms:g} ms"),
+        flush=True,
+    )
     with server(args.durable) as admin:
         if "throughput" in args.only:
             with fresh_database(admin) as url:

@@ -6,6 +6,8 @@ the flow's input type first), in the same run on the same server.
 The flow is the 3-step chain of `engine_throughput.py` (its first step starts with each run),
 RUNS runs per measurement, a fresh database each time. Prints runs/s per repeat and their
 median, and each bulk rate as a multiple of the single-call rate measured in the same repeat.
+pgflow 0.8.1's `start_flow` on the same chain is measured in each repeat too (its SQL from npm,
+see `pgflow_reference.py`; `--no-pgflow` leaves it out), and our single start as a multiple of it.
 
     .venv/bin/python benchmarks/starts.py [--runs 10000] [--repeat 3] [--durable]
 """
@@ -22,10 +24,12 @@ import psycopg
 from psycopg.types.json import Jsonb
 from typing_extensions import TypedDict
 
+from benchmarks import pgflow_reference
 from benchmarks.engine_throughput import FLOW, STEPS, define_chain, fresh_database, server
 from pgflow_gen.runtime import Client, Flow, Step, migrations
 
 CHUNKS = (100, 1000, 10_000)
+PGFLOW_SINGLE = "pgflow 0.8.1 start_flow, one per run"
 
 
 class ChainInput(TypedDict):
@@ -55,6 +59,17 @@ def single(url: str, runs: int) -> float:
         started = time.perf_counter()
         for i in range(runs):
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+        return runs / (time.perf_counter() - started)
+
+
+def pgflow_single(url: str, runs: int) -> float:
+    """Runs per second of pgflow's own start_flow, one call per run."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pgflow_reference.install(conn)
+        pgflow_reference.define_chain(conn, FLOW, STEPS)
+        started = time.perf_counter()
+        for i in range(runs):
+            conn.execute("select from pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
         return runs / (time.perf_counter() - started)
 
 
@@ -91,8 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--durable", action="store_true", help="the server's durable defaults (fsync on)"
     )
+    parser.add_argument(
+        "--no-pgflow", action="store_true", help="leave out pgflow 0.8.1's start_flow"
+    )
     args = parser.parse_args(argv)
     figures: dict[str, list[float]] = {}
+    if not args.no_pgflow:
+        try:
+            pgflow_reference.migration_files()
+        except pgflow_reference.ReferenceUnavailable as error:
+            print(f"pgflow left out: {error}", file=sys.stderr)
+            args.no_pgflow = True
     with server(args.durable) as admin:
         print(
             f"{args.runs:,} runs per measurement, median of {args.repeat},"
@@ -104,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                 figures.setdefault("start_flow, one call per run", []).append(
                     single(url, args.runs)
                 )
+            if not args.no_pgflow:
+                with fresh_database(admin) as url:
+                    figures.setdefault(PGFLOW_SINGLE, []).append(pgflow_single(url, args.runs))
             for chunk in CHUNKS:
                 with fresh_database(admin) as url:
                     figures.setdefault(f"start_flows, {chunk:,} per call", []).append(
@@ -120,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<36} {statistics.median(rates):>9,.0f} runs/s"
             f" ({statistics.median(times):5.1f}x); per repeat "
             + ", ".join(f"{r:,.0f}" for r in rates),
+            flush=True,
+        )
+    if PGFLOW_SINGLE in figures:
+        times = [b / p for b, p in zip(base, figures[PGFLOW_SINGLE], strict=True)]
+        print(
+            f"start_flow against pgflow's: {statistics.median(times):.2f}x; per repeat "
+            + ", ".join(f"{t:.2f}x" for t in times),
             flush=True,
         )
     return 0
