@@ -99,6 +99,18 @@ STARTED_RUNS_OF_FLOW: Final[LiteralString] = (
     "   and (%(age)s::interval is null or started_at < now() - %(age)s::interval)"
     " order by started_at, run_id"
 )
+#: ({age}) -> how many finished runs prune_data_older_than would delete, in all and by status.
+PRUNABLE_RUNS: Final[LiteralString] = (
+    "select count(*) as runs,"
+    " count(*) filter (where status = 'completed') as completed,"
+    " count(*) filter (where status = 'failed') as failed,"
+    " count(*) filter (where status = 'cancelled') as cancelled"
+    " from pgflow.runs"
+    " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
+    "   and status in ('completed', 'failed', 'cancelled')"
+)
+#: (retention, batch size) -> what one bounded prune deleted, and whether it is done (0015).
+PRUNE: Final[LiteralString] = "select pgflow.prune_data_older_than(%s, %s) as pruned"
 #: ({flow, age}) -> the failed runs of the flow (that failed within `age`), oldest first.
 FAILED_RUNS_OF_FLOW: Final[LiteralString] = (
     "select run_id, flow_slug, status, failed_at from pgflow.runs"

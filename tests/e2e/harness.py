@@ -4,6 +4,7 @@ project (`tests/e2e/project`), runs started in SQL, and waits that poll with a d
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -151,3 +152,34 @@ class Db(Engine):
 
     def queue_ids(self, queue: str) -> list[int]:
         return [m["msg_id"] for m in self.queued_messages(queue)]
+
+
+def answered(db_url: str, answer: str, *args: str) -> tuple[int, str]:
+    """`pgflow-gen ARGS...` on a terminal (a pty) that types `answer` when asked `[y/N]`; the
+    exit status and everything the terminal showed."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pgflow_gen.cli", *args, "--database-url", db_url],
+        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+    )  # fmt: skip
+    os.close(terminal)
+    seen = b""
+
+    def asked() -> bool:
+        nonlocal seen
+        seen += os.read(controller, 4096)
+        return b"[y/N]" in seen
+
+    eventually(asked, "the question")
+    os.write(controller, answer.encode() + b"\n")
+    code = process.wait(timeout=60)
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(controller)
+    return code, seen.decode().replace("\r\n", "\n")

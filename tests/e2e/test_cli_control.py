@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 import uuid
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pgflow_gen import cli
-from tests.e2e.harness import PROJECT, Db, eventually
+from tests.e2e.harness import PROJECT, Db, answered
 
 MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
 
@@ -152,42 +151,12 @@ def test_a_bad_age_is_refused_by_the_parser(
     )
 
 
-def answered(db_url: str, answer: str, *args: str) -> tuple[int, str]:
-    """`pgflow-gen cancel` on a terminal (a pty) that types `answer`."""
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pgflow_gen.cli", "cancel", *args, "--database-url", db_url],
-        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
-    )  # fmt: skip
-    os.close(terminal)
-    seen = b""
-
-    def asked() -> bool:
-        nonlocal seen
-        seen += os.read(controller, 4096)
-        return b"[y/N]" in seen
-
-    eventually(asked, "the question")
-    os.write(controller, answer.encode() + b"\n")
-    code = process.wait(timeout=60)
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:  # the terminal closed with the process
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(controller)
-    return code, seen.decode().replace("\r\n", "\n")
-
-
 @pytest.mark.parametrize(("answer", "code", "status"), [("y", 0, "cancelled"), ("n", 2, "started")])
 def test_on_a_terminal_it_shows_the_runs_and_asks(
     plain: Db, db_url: str, answer: str, code: int, status: str
 ) -> None:
     run_id = start(plain)
-    exit_code, text = answered(db_url, answer, str(run_id), "--reason", "testing")
+    exit_code, text = answered(db_url, answer, "cancel", str(run_id), "--reason", "testing")
     assert exit_code == code, text
     assert str(run_id) in text.split("[y/N]")[0]
     assert "cancel these 1 run(s) (testing)? [y/N] " in text

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -102,3 +103,46 @@ def test_deletes_the_queued_messages_of_the_tasks_it_deletes(engine: Engine) -> 
     assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1
     [left] = engine.queued_messages("old")
     assert left["message"]["run_id"] == str(kept)
+
+
+def test_without_a_batch_size_prunes_everything_in_one_call_and_says_it_is_done(
+    engine: Engine,
+) -> None:
+    engine.flow("old", {"slug": "a"})
+    for i in range(3):
+        age_run(engine, engine.run_to_end("old", {"a": i})["run_id"], 10)
+    result = engine.value("select pgflow.prune_data_older_than(interval '7 days')")
+    assert (result["runs"], result["done"]) == (3, True)
+
+
+def test_a_batch_deletes_at_most_batch_size_runs_and_says_when_more_may_be_left(
+    engine: Engine,
+) -> None:
+    engine.flow("old", {"slug": "a"})
+    for i in range(5):
+        age_run(engine, engine.run_to_end("old", {"a": i})["run_id"], 10)
+    kept = engine.run_to_end("old", {"a": 9})["run_id"]
+    calls: list[dict[str, Any]] = []
+    while not calls or not calls[-1]["done"]:
+        calls.append(engine.value("select pgflow.prune_data_older_than(interval '7 days', 2)"))
+    assert [c["runs"] for c in calls] == [2, 2, 1]
+    assert [c["done"] for c in calls] == [False, False, True]
+    assert engine.value("select array_agg(run_id) from pgflow.runs") == [kept]
+    assert engine.value("select count(*) from pgflow.step_tasks") == 1
+
+
+def test_a_batch_deletes_at_most_batch_size_archived_messages_per_queue(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
+    for i in range(3):
+        engine.run_to_end("old", {"a": i})
+    engine.conn.execute("update pgmq.a_old set archived_at = now() - interval '10 days'")
+    first = engine.value("select pgflow.prune_data_older_than(interval '7 days', 2)")
+    assert (first["archived_messages"], first["done"]) == (2, False)
+    second = engine.value("select pgflow.prune_data_older_than(interval '7 days', 2)")
+    assert (second["archived_messages"], second["done"]) == (1, True)
+    assert engine.value("select count(*) from pgmq.a_old") == 0
+
+
+def test_rejects_a_batch_size_below_one(engine: Engine) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="batch size must be at least 1"):
+        engine.value("select pgflow.prune_data_older_than(interval '7 days', 0)")

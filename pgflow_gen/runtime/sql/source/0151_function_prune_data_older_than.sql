@@ -2,8 +2,12 @@
 -- states, tasks and the tasks' messages still in a queue, workers silent for longer than retention, and archived messages older than
 -- retention in every queue a flow owns (its steps' routes, plus the default queue of a flow-mode
 -- flow), found by their canonical archive table names without listing queues. Running runs are
--- never touched, whatever their age.
-create function pgflow.prune_data_older_than(retention interval)
+-- never touched, whatever their age. With batch_size (engine 0015) one call deletes at most that
+-- many runs, and at most that many archived messages per queue, so that a large backlog goes in
+-- short transactions (a long one holds back vacuum for every table, the queues' included): the
+-- result's "done" is false while something may be left, and the caller calls again.
+-- Locks the runs it deletes (skipping locked ones: a run busy right now is pruned next time).
+create function pgflow.prune_data_older_than(retention interval, batch_size int default null)
 returns jsonb
 language plpgsql
 volatile
@@ -18,22 +22,32 @@ declare
   v_count int;
   v_queues text[];
   v_messages bigint[];
+  v_done boolean := true;
 begin
   if retention is null or retention < interval '0' then
     raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
+  end if;
+  if batch_size < 1 then
+    raise exception 'The batch size must be at least 1, got %.', batch_size
+      using errcode = '22023', hint = 'Pass null to prune everything in one call.';
   end if;
 
   perform pgflow.archive_completed_messages();
 
   -- Same lock order as the task callbacks: runs first; a run busy right now is pruned next time.
+  -- In no particular order: sorting every finished run to take a batch would cost more than
+  -- deleting it, and skip locked never waits, so the order of these locks cannot deadlock.
   v_runs := array(
     select r.run_id from pgflow.runs as r
     where (r.status = 'completed' and r.completed_at < v_cutoff)
        or (r.status = 'failed' and r.failed_at < v_cutoff)
        or (r.status = 'cancelled' and r.cancelled_at < v_cutoff)
-    order by r.run_id
+    limit batch_size
     for update skip locked
   );
+  if cardinality(v_runs) = batch_size then
+    v_done := false;
+  end if;
   if cardinality(v_runs) = 0 then
     v_runs := null;
   end if;
@@ -66,14 +80,21 @@ begin
     select pgflow.default_queue_name(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
   loop
     continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue, 'a'))) is null;
-    execute format('delete from pgmq.%I where archived_at < $1', pgflow.pgmq_table_name(v_queue, 'a'))
-      using v_cutoff;
+    execute format(
+      'delete from pgmq.%1$I where msg_id in'
+      ' (select a.msg_id from pgmq.%1$I as a where a.archived_at < $1 limit $2)',
+      pgflow.pgmq_table_name(v_queue, 'a'))
+      using v_cutoff, batch_size;
     get diagnostics v_count = row_count;
     v_archived := v_archived + v_count;
+    if v_count = batch_size then
+      v_done := false;
+    end if;
   end loop;
 
   return jsonb_build_object(
-    'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived
+    'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived,
+    'done', v_done
   );
 end;
 $$;

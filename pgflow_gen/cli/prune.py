@@ -1,0 +1,146 @@
+"""`pgflow-gen prune --older-than AGE`: deletes finished runs (with their steps, tasks and any
+message still queued for them), archived messages and silent workers older than AGE, through
+`pgflow.prune_data_older_than` in batches (engine 0015), one short transaction each, with a
+progress line on a terminal. It says what it will delete and asks first; `--yes` skips the
+question (for a scheduler), and without a terminal to ask on it refuses rather than guess.
+
+An interrupted prune keeps what its finished batches deleted; running it again goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from typing import Any, TextIO
+
+from pgflow_gen.cli import control, runs
+from pgflow_gen.cli import parser as cli_parser
+from pgflow_gen.cli import queries as cli_queries
+from pgflow_gen.cli.exits import EXIT_OK
+from pgflow_gen.cli.output import print_json
+from pgflow_gen.errors import UsageError
+
+DEFAULT_BATCH = 10_000
+
+
+def register(commands: cli_parser.Commands) -> None:
+    """Add `prune` to the `pgflow-gen` parser."""
+    prune = commands.add(
+        "prune",
+        "delete finished runs, archived messages and silent workers older than an age",
+        database=True,
+        formats=runs.FORMATS,
+    )
+    prune.add_argument(
+        "--older-than",
+        type=control.age,
+        required=True,
+        metavar="AGE",
+        help="what finished (or was archived, or last heard from) longer ago than AGE goes"
+        " (30s, 15m, 1h, 7d)",
+    )
+    prune.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        metavar="N",
+        help="runs (and archived messages per queue) deleted per transaction",
+    )
+    prune.add_argument("--yes", action="store_true", help="prune without asking first")
+    prune.set_defaults(handler=_prune)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    if args.batch < 1:
+        raise UsageError("--batch must be at least 1.", hint=f"The default is {DEFAULT_BATCH:,}.")
+    with runs.connect(args) as conn:
+        found = conn.execute(cli_queries.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
+        assert found is not None
+        if not args.yes:
+            _confirm(found, args.older_than)
+        progress = Progress(found["runs"], sys.stderr)
+        totals = {"runs": 0, "archived_messages": 0, "workers": 0, "batches": 0}
+        done = False
+        while not done:
+            row = conn.execute(cli_queries.PRUNE, (args.older_than, args.batch)).fetchone()
+            assert row is not None
+            result: dict[str, Any] = row["pruned"]
+            for key in ("runs", "archived_messages", "workers"):
+                totals[key] += int(result[key])
+            totals["batches"] += 1
+            done = bool(result["done"])
+            progress.show(totals)
+        progress.end()
+    if args.format == "json":
+        print_json({**totals, "older_than_s": args.older_than.total_seconds()})
+    else:
+        print(
+            f"pruned {totals['runs']:,} finished run(s), {totals['archived_messages']:,} archived"
+            f" message(s) and {totals['workers']:,} silent worker(s) older than"
+            f" {_age(args.older_than)} in {totals['batches']:,} batch(es),"
+            f" {progress.elapsed():.1f} s"
+        )
+    return EXIT_OK
+
+
+def _confirm(found: dict[str, Any], older_than: datetime.timedelta) -> None:
+    """Say what will go and ask; raise UsageError without a terminal or a yes."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "prune deletes data and asks first, but there is no terminal to ask on.",
+            hint="Pass --yes to prune without asking (as a scheduled job does).",
+        )
+    print(
+        f"{found['runs']:,} finished run(s) older than {_age(older_than)} (completed"
+        f" {found['completed']:,}, failed {found['failed']:,}, cancelled {found['cancelled']:,})"
+        " will be deleted with their steps and tasks, and with them archived messages and"
+        " silent workers older than that.",
+        file=sys.stderr,
+    )
+    print("prune? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise UsageError("Nothing was pruned.")
+
+
+def _age(delta: datetime.timedelta) -> str:
+    """`7d`, `36h`, `90m` or `45s`: the largest unit that divides the age."""
+    seconds = delta.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
+class Progress:
+    """`pruned 40,000/1,000,000 runs (4 %), 120,000 archived messages` on a terminal, rewritten
+    in place; nothing otherwise (the summary line says it all)."""
+
+    def __init__(self, total_runs: int, out: TextIO) -> None:
+        self.total_runs = total_runs
+        self.out = out
+        self.shown = out.isatty()
+        self.began = time.monotonic()
+        self.written = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def show(self, totals: dict[str, int]) -> None:
+        if not self.shown:
+            return
+        # Runs that finished since the count make the total grow rather than pass 100 %.
+        total = max(self.total_runs, totals["runs"])
+        share = f" ({100 * totals['runs'] / total:.0f} %)" if total else ""
+        self.out.write(
+            f"\rpruned {totals['runs']:,}/{total:,} runs{share},"
+            f" {totals['archived_messages']:,} archived messages"
+        )
+        self.out.flush()
+        self.written = True
+
+    def end(self) -> None:
+        if self.written:
+            self.out.write("\n")
+            self.out.flush()
