@@ -29,7 +29,7 @@ def register(commands: cli_parser.Commands) -> None:
     """Add `prune` to the `pgflow-gen` parser."""
     prune = commands.add(
         "prune",
-        "delete finished runs, archived messages and silent workers older than an age",
+        "remove finished runs, archived messages and silent workers older than an age",
         database=True,
         formats=runs.FORMATS,
     )

@@ -1,6 +1,6 @@
 """Statements live in named modules: the runtime's in `runtime/queries.py` (the modules that run
 tasks, the client and the engine migrations spell no SQL of their own), the command line's in
-`cli_queries.py`."""
+`cli_queries.py`, the dashboard's in `dashboard/queries.py`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 import pgflow_gen
 from pgflow_gen.cli import queries as cli_queries
+from pgflow_gen.dashboard import queries as dashboard_queries
 from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
@@ -39,10 +40,17 @@ CLI_MODULES = sorted(
     for path in (PACKAGE / "cli").glob("*.py")
     if path.name != "queries.py"
 )
+DASHBOARD_MODULES = sorted(
+    str(path.relative_to(PACKAGE))
+    for path in (PACKAGE / "dashboard").glob("*.py")
+    if path.name != "queries.py"
+)
 STATEMENT = re.compile(r"^\s*(select|update|delete|with|insert into)\s", re.IGNORECASE)
 
 
-@pytest.mark.parametrize("modules", [WORKER_MODULES, CLI_MODULES], ids=["runtime", "cli"])
+@pytest.mark.parametrize(
+    "modules", [WORKER_MODULES, CLI_MODULES, DASHBOARD_MODULES], ids=["runtime", "cli", "dashboard"]
+)
 def test_the_modules_spell_no_statements(modules: list[str]) -> None:
     found = []
     for name in modules:
@@ -58,8 +66,12 @@ def test_the_modules_spell_no_statements(modules: list[str]) -> None:
 
 @pytest.mark.parametrize(
     ("module", "prefix", "modules"),
-    [(queries, "queries", WORKER_MODULES), (cli_queries, "cli_queries", CLI_MODULES)],
-    ids=["runtime", "cli"],
+    [
+        (queries, "queries", WORKER_MODULES),
+        (cli_queries, "cli_queries", CLI_MODULES),
+        (dashboard_queries, "q", DASHBOARD_MODULES),
+    ],
+    ids=["runtime", "cli", "dashboard"],
 )
 def test_every_named_query_is_used(module: object, prefix: str, modules: list[str]) -> None:
     names = [n for n in vars(module) if n.isupper()]

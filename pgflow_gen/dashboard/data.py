@@ -1,0 +1,400 @@
+"""What each page shows, read from the database and shaped into plain view objects that the
+templates print without deciding anything. One async function per page; each takes a connection
+from the dashboard's pool and sends the named statements of queries.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, LiteralString
+
+import psycopg
+
+from pgflow_gen.dashboard import dag
+from pgflow_gen.dashboard import queries as q
+
+Connection = psycopg.AsyncConnection[dict[str, Any]]
+
+PAGE_SIZE = 50
+BACKLOG_AGE_S = 30  # a step's backlog "grows" once its oldest waiting task waited this long
+RUN_STATUSES = ("started", "completed", "failed", "cancelled")
+ACTIVE = "started"
+
+
+class BadCursorError(ValueError):
+    """A page cursor that this dashboard did not write (edited or truncated)."""
+
+
+# -- queues and routes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    """A step's queue route as an operator watches it."""
+
+    flow_slug: str
+    step_slug: str
+    step_index: int
+    queue_name: str
+    live_workers: int
+    covered: bool
+    paused: bool
+    pause_reason: str | None
+    paused_at: datetime.datetime | None
+    queued: int
+    running: int
+    last_claim_at: datetime.datetime | None
+    oldest_queued_at: datetime.datetime | None
+    came_last_minute: int
+    went_last_minute: int
+    depth: int | None = None
+    visible: int | None = None
+    oldest_age_s: int | None = None
+    total_sent: int | None = None
+
+    @property
+    def growing(self) -> bool:
+        """More tasks of the step were queued than finished in the last minute, and its oldest
+        waiting task has waited for BACKLOG_AGE_S or longer (a task that just came is no
+        backlog)."""
+        if self.oldest_queued_at is None or self.came_last_minute <= self.went_last_minute:
+            return False
+        waited = datetime.datetime.now(datetime.UTC) - self.oldest_queued_at
+        return waited.total_seconds() >= BACKLOG_AGE_S
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        found = []
+        if not self.covered:
+            found.append("no live worker")
+        if self.paused:
+            found.append("paused")
+        if self.growing:
+            found.append("backlog growing")
+        return tuple(found)
+
+
+async def routes(conn: Connection) -> list[Route]:
+    """Every step route with its coverage, pause, tasks and its queue's metrics."""
+    live_within = await _one(conn, q.LIVE_WITHIN)
+    rows = await (await conn.execute(q.ROUTES, (live_within["seconds"],))).fetchall()
+    metrics = {m["queue_name"]: m for m in await (await conn.execute(q.QUEUE_METRICS)).fetchall()}
+    found = []
+    for row in rows:
+        m = metrics.get(row["queue_name"], {})
+        found.append(
+            Route(
+                **row,
+                depth=m.get("queue_length"),
+                visible=m.get("queue_visible_length"),
+                oldest_age_s=m.get("oldest_msg_age_sec"),
+                total_sent=m.get("total_messages"),
+            )
+        )
+    return found
+
+
+# -- overview ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlowSummary:
+    flow_slug: str
+    queue_mode: str
+    steps: int
+    started: int
+    completed: int
+    failed: int
+    cancelled: int
+    per_minute: tuple[int, ...]  # tasks finished per minute, the oldest of the last 60 first
+
+    @property
+    def tasks_last_hour(self) -> int:
+        return sum(self.per_minute)
+
+
+@dataclass(frozen=True)
+class Overview:
+    flows: list[FlowSummary]
+    routes: list[Route]
+
+    @property
+    def attention(self) -> list[Route]:
+        return [route for route in self.routes if route.problems]
+
+
+async def overview(conn: Connection) -> Overview:
+    minutes: dict[str, list[int]] = {}
+    for row in await (await conn.execute(q.TASKS_PER_MINUTE)).fetchall():
+        if 0 <= row["minute"] < 60:
+            minutes.setdefault(row["flow_slug"], [0] * 60)[59 - row["minute"]] = row["tasks"]
+    flows = [
+        FlowSummary(**row, per_minute=tuple(minutes.get(row["flow_slug"], [0] * 60)))
+        for row in await (await conn.execute(q.FLOWS)).fetchall()
+    ]
+    return Overview(flows=flows, routes=await routes(conn))
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: uuid.UUID
+    flow_slug: str
+    status: str
+    started_at: datetime.datetime
+    ended_at: datetime.datetime | None
+    retry_count: int
+    cancel_reason: str | None
+    failed_step: str | None
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    flow: str | None = None
+    status: str | None = None
+    search: str | None = None  # a run id or its first characters
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    rows: list[RunRow]
+    filter: RunFilter
+    flows: list[str]
+    older: str | None  # the cursor of the next page (older runs), if there is one
+    newer: str | None  # the cursor of the page before (newer runs), if there is one
+
+
+def cursor(row: RunRow) -> str:
+    """The keyset position of a run in the list (its start time and id), opaque in a URL."""
+    raw = f"{row.started_at.isoformat()}|{row.run_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def read_cursor(text: str) -> tuple[datetime.datetime, uuid.UUID]:
+    """The position a cursor names; BadCursorError if it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        at, run_id = raw.split("|")
+        when = datetime.datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            raise ValueError(at)
+        return when, uuid.UUID(run_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise BadCursorError(f"not a page cursor: {text[:40]!r}") from exc
+
+
+async def runs_page(
+    conn: Connection,
+    run_filter: RunFilter,
+    *,
+    older_than: str | None = None,
+    newer_than: str | None = None,
+    size: int = PAGE_SIZE,
+) -> RunsPage:
+    """One page of runs, newest first, after (older than) or before (newer than) a cursor."""
+    params: dict[str, Any] = {
+        "flow": run_filter.flow,
+        "status": run_filter.status,
+        "prefix": run_filter.search.lower() if run_filter.search else None,
+        "at": None,
+        "id": None,
+        "limit": size + 1,
+    }
+    going_newer = newer_than is not None
+    if newer_than is not None:
+        params["at"], params["id"] = read_cursor(newer_than)
+    elif older_than is not None:
+        params["at"], params["id"] = read_cursor(older_than)
+    query = q.RUNS_NEWER if going_newer else q.RUNS_OLDER
+    found = [RunRow(**row) for row in await (await conn.execute(query, params)).fetchall()]
+    more = len(found) > size
+    if going_newer:
+        rows = found[-size:] if more else found  # the newer query returns the oldest ones last
+        older, newer = (cursor(rows[-1]) if rows else None), (cursor(rows[0]) if more else None)
+    else:
+        rows = found[:size]
+        older = cursor(rows[-1]) if more else None
+        newer = cursor(rows[0]) if rows and older_than is not None else None
+    flows = [row["flow_slug"] for row in await (await conn.execute(q.FLOW_SLUGS)).fetchall()]
+    return RunsPage(rows=rows, filter=run_filter, flows=flows, older=older, newer=newer)
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepView:
+    step_slug: str
+    step_index: int
+    step_type: str
+    queue_name: str
+    dependencies: tuple[str, ...]
+    status: str | None
+    max_attempts: int
+    timeout: int
+    attempts: int | None
+    tasks: int
+    queued: int
+    running: int
+    done: int
+    failed: int
+    created_at: datetime.datetime | None
+    started_at: datetime.datetime | None
+    completed_at: datetime.datetime | None
+    failed_at: datetime.datetime | None
+    skipped_at: datetime.datetime | None
+    skip_reason: str | None
+    step_error: str | None
+    output_head: str | None
+    output_length: int | None
+    error_task: int | None
+    error_message: str | None
+    error_at: datetime.datetime | None
+    paused: bool = False
+
+    @property
+    def waiting_for_signal(self) -> bool:
+        return self.step_type == "signal" and self.status == "started"
+
+    @property
+    def state(self) -> str:
+        """The state that colours the step (a CSS class suffix)."""
+        if self.waiting_for_signal:
+            return "waiting"
+        return self.status or "created"
+
+    @property
+    def ended_at(self) -> datetime.datetime | None:
+        return self.completed_at or self.failed_at or self.skipped_at
+
+    @property
+    def output_truncated(self) -> bool:
+        return self.output_length is not None and self.output_length > len(self.output_head or "")
+
+    @property
+    def caption(self) -> str:
+        if self.waiting_for_signal:
+            return "waiting for a signal"
+        words = [self.status or "created"]
+        if self.step_type == "map" and self.tasks:
+            words.append(f"{self.done}/{self.tasks} tasks")
+        if self.attempts and self.attempts > 1:
+            words.append(f"{self.attempts} attempts")
+        if self.paused and self.status in (None, "created", "started"):
+            words.append("paused")
+        return ", ".join(words)
+
+
+@dataclass(frozen=True)
+class Event:
+    at: datetime.datetime
+    what: str
+    step_slug: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: dict[str, Any]
+    steps: list[StepView]
+    graph: dag.Graph
+    events: list[Event]
+    pauses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.run["status"] == ACTIVE)
+
+    @property
+    def waiting_signals(self) -> list[str]:
+        return [step.step_slug for step in self.steps if step.waiting_for_signal]
+
+
+async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
+    """The run, its steps and its timeline; None when there is no such run."""
+    run = await (await conn.execute(q.RUN, (run_id,))).fetchone()
+    if run is None:
+        return None
+    pauses = {
+        row["step_slug"]: row
+        for row in await (await conn.execute(q.FLOW_PAUSES, (run["flow_slug"],))).fetchall()
+    }
+    steps = [
+        StepView(**{**row, "dependencies": tuple(row["dependencies"])},
+                 paused=row["step_slug"] in pauses)
+        for row in await (await conn.execute(q.RUN_STEPS, (run_id,))).fetchall()
+    ]  # fmt: skip
+    signals = await (await conn.execute(q.RUN_SIGNALS, (run_id,))).fetchall()
+    actions = await (await conn.execute(q.RUN_ACTIONS, (run_id,))).fetchall()
+    graph = dag.layout([dag.Box(s.step_slug, s.dependencies, s.state, s.caption) for s in steps])
+    return RunDetail(
+        run=run, steps=steps, graph=graph, events=timeline(run, steps, signals, actions),
+        pauses=pauses,
+    )  # fmt: skip
+
+
+def timeline(
+    run: dict[str, Any],
+    steps: Sequence[StepView],
+    signals: Sequence[dict[str, Any]],
+    actions: Sequence[dict[str, Any]],
+) -> list[Event]:
+    """The run's events from the engine's timestamps (events are sent, not stored), the signals
+    it received and the operators' actions on it, oldest first."""
+    events = [Event(run["started_at"], "run started")]
+    for step in steps:
+        if step.started_at is not None:
+            what = "waits for a signal" if step.step_type == "signal" else "started"
+            events.append(Event(step.started_at, f"step {what}", step.step_slug))
+        if step.completed_at is not None:
+            events.append(Event(step.completed_at, "step completed", step.step_slug))
+        if step.failed_at is not None:
+            events.append(Event(step.failed_at, "step failed", step.step_slug,
+                                _first_line(step.step_error or step.error_message)))  # fmt: skip
+        if step.skipped_at is not None:
+            events.append(Event(step.skipped_at, "step skipped", step.step_slug, step.skip_reason))
+    for signal in signals:
+        events.append(Event(signal["received_at"], "signal received", signal["step_slug"]))
+    for action in actions:
+        detail = f"by {action['actor']}"
+        if action["detail"]:
+            detail += f": {action['detail']}"
+        events.append(Event(action["acted_at"], f"{action['action']} (operator)",
+                            action["step_slug"], detail))  # fmt: skip
+    if run["retried_at"] is not None:
+        events.append(Event(run["retried_at"], f"run retried (retry {run['retry_count']})"))
+    for column, what in (("completed_at", "completed"), ("failed_at", "failed"),
+                         ("cancelled_at", "cancelled")):  # fmt: skip
+        if run[column] is not None:
+            reason = run["cancel_reason"] if column == "cancelled_at" else None
+            events.append(Event(run[column], f"run {what}", None, reason))
+    return sorted(events, key=lambda event: event.at)
+
+
+async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> Any:
+    row = await (await conn.execute(q.STEP_OUTPUT, (run_id, step_slug))).fetchone()
+    return None if row is None else row["output"]
+
+
+# -- workers -------------------------------------------------------------------------------------
+
+
+async def workers(conn: Connection) -> list[dict[str, Any]]:
+    return await (await conn.execute(q.WORKERS)).fetchall()
+
+
+async def _one(conn: Connection, query: LiteralString) -> dict[str, Any]:
+    row = await (await conn.execute(query)).fetchone()
+    assert row is not None, query
+    return row
+
+
+def _first_line(text: str | None) -> str | None:
+    return text.strip().splitlines()[0] if text and text.strip() else None

@@ -1,0 +1,140 @@
+"""The engine's gauges for Prometheus, read from SQL at each scrape (the dashboard's `/metrics`,
+`pgflow-gen metrics [--serve]`): per step queue its depth, visible messages, oldest message age
+and messages ever sent; per step route its coverage, live workers, pause, waiting and running
+tasks, stalled and parked tasks; runs by flow and status; workers by state. Every series of a
+step carries its queue's name as the `queue` label. The workers' own counters (tasks claimed,
+completed, failed, handler durations) come from each worker process (`--metrics-port`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pgflow_gen.dashboard import data
+from pgflow_gen.dashboard import queries as q
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ROUTE_LABELS = ("flow", "step", "queue")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scrape read."""
+
+    routes: list[data.Route]
+    runs: list[dict[str, Any]]
+    stalled: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
+
+
+async def snapshot(conn: psycopg.AsyncConnection[dict[str, Any]]) -> Snapshot:
+    return Snapshot(
+        routes=await data.routes(conn),
+        runs=await (await conn.execute(q.RUNS_BY_STATUS)).fetchall(),
+        stalled=await (await conn.execute(q.STALLED_TASKS)).fetchall(),
+        workers=await (await conn.execute(q.WORKER_STATES)).fetchall(),
+    )
+
+
+def families(snap: Snapshot) -> Iterator[Metric]:
+    """The metric families of a snapshot."""
+    queues: dict[str, data.Route] = {}
+    for route in snap.routes:
+        queues.setdefault(route.queue_name, route)
+    depth = GaugeMetricFamily(
+        "pgflow_queue_messages", "Messages in the step queue (visible or not).", labels=["queue"]
+    )
+    visible = GaugeMetricFamily(
+        "pgflow_queue_visible_messages", "Messages a worker could read now.", labels=["queue"]
+    )
+    oldest = GaugeMetricFamily(
+        "pgflow_queue_oldest_message_age_seconds",
+        "Age of the oldest message in the queue (0 when it is empty).",
+        labels=["queue"],
+    )
+    sent = CounterMetricFamily(
+        "pgflow_queue_sent_messages", "Messages ever sent to the queue.", labels=["queue"]
+    )
+    for name, route in sorted(queues.items()):
+        if route.depth is None:  # the queue table is gone (a flow deleted meanwhile)
+            continue
+        depth.add_metric([name], route.depth)
+        visible.add_metric([name], route.visible or 0)
+        oldest.add_metric([name], route.oldest_age_s or 0)
+        sent.add_metric([name], route.total_sent or 0)
+    yield from (depth, visible, oldest, sent)
+
+    covered = GaugeMetricFamily(
+        "pgflow_route_covered", "1 when the step's queue has a live worker.", labels=ROUTE_LABELS
+    )
+    live = GaugeMetricFamily(
+        "pgflow_route_live_workers", "Live workers on the step's route.", labels=ROUTE_LABELS
+    )
+    paused = GaugeMetricFamily(
+        "pgflow_step_paused", "1 when the step is paused.", labels=ROUTE_LABELS
+    )
+    tasks = GaugeMetricFamily(
+        "pgflow_step_tasks",
+        "The step's tasks waiting (queued) and running (started).",
+        labels=[*ROUTE_LABELS, "status"],
+    )
+    for route in snap.routes:
+        labels = [route.flow_slug, route.step_slug, route.queue_name]
+        covered.add_metric(labels, 1 if route.covered else 0)
+        live.add_metric(labels, route.live_workers)
+        paused.add_metric(labels, 1 if route.paused else 0)
+        tasks.add_metric([*labels, "queued"], route.queued)
+        tasks.add_metric([*labels, "started"], route.running)
+    yield from (covered, live, paused, tasks)
+
+    stalled = GaugeMetricFamily(
+        "pgflow_stalled_tasks",
+        "Started tasks whose worker is gone or whose lease ran out (stall recovery takes them).",
+        labels=ROUTE_LABELS,
+    )
+    parked = GaugeMetricFamily(
+        "pgflow_parked_tasks",
+        "Tasks requeued too often by stall recovery and left for an operator.",
+        labels=ROUTE_LABELS,
+    )
+    for row in snap.stalled:
+        labels = [row["flow_slug"], row["step_slug"], row["queue_name"]]
+        stalled.add_metric(labels, row["stalled"])
+        parked.add_metric(labels, row["parked"])
+    yield from (stalled, parked)
+
+    runs = GaugeMetricFamily(
+        "pgflow_runs", "Runs in the tables by flow and status.", labels=["flow", "status"]
+    )
+    for row in snap.runs:
+        runs.add_metric([row["flow_slug"], row["status"]], row["runs"])
+    workers = GaugeMetricFamily(
+        "pgflow_workers", "Registered workers by state.", labels=[*ROUTE_LABELS, "state"]
+    )
+    for row in snap.workers:
+        workers.add_metric(
+            [row["flow_slug"], row["step_slug"], row["queue_name"], row["state"]], row["workers"]
+        )
+    yield from (runs, workers)
+
+
+class _Fixed(Collector):
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self._metrics = list(metrics)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
+def exposition(snap: Snapshot) -> bytes:
+    """The Prometheus text exposition of a snapshot."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(families(snap)))
+    return generate_latest(registry)

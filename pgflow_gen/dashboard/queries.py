@@ -1,0 +1,249 @@
+"""Every statement the dashboard sends, by name. Each is a string literal (a `LiteralString`
+psycopg accepts as a query); parameters are always bound, never formatted in.
+
+The pages read the engine's tables and PGMQ's queue metrics directly: nothing here writes, except
+the actions (through the engine's own functions) and their record in `pgflow.operator_actions`.
+The costs that grow with the history (a scan of `runs` or `step_tasks`) are measured with
+100,000 runs in `benchmarks/dashboard.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# -- overview ------------------------------------------------------------------------------------
+#: () -> each flow with its runs started in the last hour (and any still running) by status.
+FLOWS: Final[LiteralString] = (
+    "select f.flow_slug, f.queue_mode,"
+    " (select count(*) from pgflow.steps as s where s.flow_slug = f.flow_slug)::int as steps,"
+    " coalesce(r.started, 0)::int as started, coalesce(r.completed, 0)::int as completed,"
+    " coalesce(r.failed, 0)::int as failed, coalesce(r.cancelled, 0)::int as cancelled"
+    " from pgflow.flows as f"
+    " left join ("
+    "   select flow_slug,"
+    "     count(*) filter (where status = 'started') as started,"
+    "     count(*) filter (where status = 'completed') as completed,"
+    "     count(*) filter (where status = 'failed') as failed,"
+    "     count(*) filter (where status = 'cancelled') as cancelled"
+    "   from pgflow.runs"
+    "   where started_at > now() - interval '1 hour' or status = 'started'"
+    "   group by flow_slug"
+    " ) as r using (flow_slug)"
+    " order by f.flow_slug"
+)
+#: () -> tasks that finished (completed or failed) per flow and minute of the last hour
+#: (minute 0 is the current one).
+TASKS_PER_MINUTE: Final[LiteralString] = (
+    "select flow_slug,"
+    " floor(extract(epoch from now() - coalesce(completed_at, failed_at)) / 60)::int as minute,"
+    " count(*)::int as tasks"
+    " from pgflow.step_tasks"
+    " where coalesce(completed_at, failed_at) > now() - interval '1 hour'"
+    " group by 1, 2"
+)
+
+# -- queues --------------------------------------------------------------------------------------
+#: (freshness seconds) -> every step route (signal steps have none): its live workers, pause,
+#: the tasks of the step waiting (and since when the oldest waits) and running, its last claim,
+#: and tasks queued and finished in the last minute.
+ROUTES: Final[LiteralString] = (
+    "select c.flow_slug, c.step_slug, c.step_index, c.queue_name, c.live_workers, c.covered,"
+    " p.reason as pause_reason, p.paused_at, p.flow_slug is not null as paused,"
+    " coalesce(t.queued, 0)::int as queued, coalesce(t.running, 0)::int as running,"
+    " t.last_claim_at, t.oldest_queued_at, coalesce(t.came, 0)::int as came_last_minute,"
+    " coalesce(t.went, 0)::int as went_last_minute"
+    " from pgflow.queue_coverage(make_interval(secs => %s)) as c"
+    " left join pgflow.step_pauses as p"
+    "   on p.flow_slug = c.flow_slug and p.step_slug = c.step_slug"
+    " left join ("
+    "   select flow_slug, step_slug,"
+    "     count(*) filter (where status = 'queued') as queued,"
+    "     count(*) filter (where status = 'started') as running,"
+    "     max(started_at) as last_claim_at,"
+    "     min(queued_at) filter (where status = 'queued') as oldest_queued_at,"
+    "     count(*) filter (where queued_at > now() - interval '1 minute') as came,"
+    "     count(*) filter (where coalesce(completed_at, failed_at) > now() - interval '1 minute')"
+    "       as went"
+    "   from pgflow.step_tasks group by flow_slug, step_slug"
+    " ) as t on t.flow_slug = c.flow_slug and t.step_slug = c.step_slug"
+    " order by c.flow_slug, c.step_index"
+)
+#: () -> PGMQ's metrics of every queue the engine's steps use: messages in all and visible now,
+#: the oldest one's age, and how many were ever sent.
+QUEUE_METRICS: Final[LiteralString] = (
+    "select m.queue_name, m.queue_length, m.queue_visible_length, m.oldest_msg_age_sec,"
+    " m.total_messages"
+    " from (select distinct s.queue_name from pgflow.steps as s"
+    "       join pgmq.meta as q on q.queue_name = s.queue_name"
+    "       where s.step_type <> 'signal') as used,"
+    " lateral pgmq.metrics(used.queue_name) as m"
+    " order by m.queue_name"
+)
+#: () -> the liveness rule's "live within", in seconds.
+LIVE_WITHIN: Final[LiteralString] = (
+    "select extract(epoch from (pgflow.worker_liveness()).live_within)::float8 as seconds"
+)
+
+# -- workers -------------------------------------------------------------------------------------
+#: () -> every worker, newest first within its queue, with its state by the liveness rule.
+WORKERS: Final[LiteralString] = (
+    "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
+    " last_heartbeat_at, stopped_at, deprecated_at,"
+    " case when stopped_at is not null then 'stopped'"
+    "  when deprecated_at is not null then 'deprecated'"
+    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within then 'stale'"
+    "  else 'live' end as state"
+    " from pgflow.workers"
+    " order by queue_name, started_at desc"
+)
+
+# -- runs ----------------------------------------------------------------------------------------
+#: ({flow, status, prefix, at, id, limit}; NULL filters: any) -> one page of runs, newest first,
+#: older than the cursor (at, id) when given (keyset pagination, never OFFSET), each with its
+#: first failed step. Ask for one more than a page to know whether another follows.
+RUNS_OLDER: Final[LiteralString] = (
+    "select page.*, f.step_slug as failed_step from ("
+    "   select r.run_id, r.flow_slug, r.status, r.started_at, r.retry_count, r.cancel_reason,"
+    "     coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended_at"
+    "   from pgflow.runs as r"
+    "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
+    "     and (%(status)s::text is null or r.status = %(status)s)"
+    "     and (%(prefix)s::text is null or r.run_id::text like %(prefix)s || '%%')"
+    "     and (%(at)s::timestamptz is null or (r.started_at, r.run_id) < (%(at)s, %(id)s))"
+    "   order by r.started_at desc, r.run_id desc limit %(limit)s"
+    " ) as page"
+    " left join lateral ("
+    "   select ss.step_slug from pgflow.step_states as ss"
+    "   where ss.run_id = page.run_id and ss.status = 'failed' order by ss.failed_at limit 1"
+    " ) as f on true"
+    " order by page.started_at desc, page.run_id desc"
+)
+#: As RUNS_OLDER, but the page of runs newer than the cursor (the page before), newest first.
+RUNS_NEWER: Final[LiteralString] = (
+    "select page.*, f.step_slug as failed_step from ("
+    "   select r.run_id, r.flow_slug, r.status, r.started_at, r.retry_count, r.cancel_reason,"
+    "     coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended_at"
+    "   from pgflow.runs as r"
+    "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
+    "     and (%(status)s::text is null or r.status = %(status)s)"
+    "     and (%(prefix)s::text is null or r.run_id::text like %(prefix)s || '%%')"
+    "     and (r.started_at, r.run_id) > (%(at)s, %(id)s)"
+    "   order by r.started_at, r.run_id limit %(limit)s"
+    " ) as page"
+    " left join lateral ("
+    "   select ss.step_slug from pgflow.step_states as ss"
+    "   where ss.run_id = page.run_id and ss.status = 'failed' order by ss.failed_at limit 1"
+    " ) as f on true"
+    " order by page.started_at desc, page.run_id desc"
+)
+#: () -> every flow's slug (the runs page's filter).
+FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
+
+# -- one run -------------------------------------------------------------------------------------
+#: (run id) -> the run.
+RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, remaining_steps, started_at, completed_at,"
+    " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.runs where run_id = %s"
+)
+#: (run id) -> each step of the run's flow in step order, with its state, its dependencies, its
+#: tasks' counts and most attempts, its timings, its output (the first 2,000 characters, and
+#: its whole length) and the latest error of its tasks (the failed one, else the last retried).
+RUN_STEPS: Final[LiteralString] = (
+    "select s.step_slug, s.step_index, s.step_type, s.queue_name,"
+    " coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,"
+    " coalesce(s.opt_timeout, f.opt_timeout) as timeout,"
+    " coalesce((select array_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d"
+    "   where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '{}') as dependencies,"
+    " ss.status, ss.skip_reason, ss.error_message as step_error,"
+    " ss.created_at, ss.started_at, ss.completed_at, ss.failed_at,"
+    " ss.skipped_at, left(ss.output::text, 2000) as output_head,"
+    " length(ss.output::text) as output_length,"
+    " t.tasks, t.attempts, t.queued, t.running, t.done, t.failed,"
+    " e.task_index as error_task, e.error_message, e.error_at"
+    " from pgflow.runs as r"
+    " join pgflow.flows as f on f.flow_slug = r.flow_slug"
+    " join pgflow.steps as s on s.flow_slug = r.flow_slug"
+    " left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = s.step_slug"
+    " left join lateral ("
+    "   select count(*)::int as tasks, max(x.attempts_count) as attempts,"
+    "     count(*) filter (where x.status = 'queued')::int as queued,"
+    "     count(*) filter (where x.status = 'started')::int as running,"
+    "     count(*) filter (where x.status = 'completed')::int as done,"
+    "     count(*) filter (where x.status = 'failed')::int as failed"
+    "   from pgflow.step_tasks as x where x.run_id = r.run_id and x.step_slug = s.step_slug"
+    " ) as t on true"
+    " left join lateral ("
+    "   select x.task_index, x.error_message,"
+    "     coalesce(x.failed_at, x.completed_at, x.started_at, x.queued_at) as error_at"
+    "   from pgflow.step_tasks as x"
+    "   where x.run_id = r.run_id and x.step_slug = s.step_slug and x.error_message is not null"
+    "   order by x.status = 'failed' desc,"
+    "     coalesce(x.failed_at, x.completed_at, x.started_at, x.queued_at) desc"
+    "   limit 1"
+    " ) as e on true"
+    " where r.run_id = %s"
+    " order by s.step_index"
+)
+#: (run id, step slug) -> the step's whole output (NULL when it has none, or no such step).
+STEP_OUTPUT: Final[LiteralString] = (
+    "select output from pgflow.step_states where run_id = %s and step_slug = %s"
+)
+#: (run id) -> the signals sent to the run, and when each was used.
+RUN_SIGNALS: Final[LiteralString] = (
+    "select step_slug, received_at, used_at from pgflow.signals where run_id = %s"
+    " order by received_at"
+)
+#: (run id) -> the operators' actions on the run (engine 0016), oldest first.
+RUN_ACTIONS: Final[LiteralString] = (
+    "select action, actor, step_slug, detail, acted_at from pgflow.operator_actions"
+    " where run_id = %s order by acted_at, action_id"
+)
+#: (flow slug) -> its paused steps.
+FLOW_PAUSES: Final[LiteralString] = (
+    "select step_slug, reason, paused_at from pgflow.step_pauses where flow_slug = %s"
+)
+
+# -- actions -------------------------------------------------------------------------------------
+#: (run id) -> the run's flow (an action records it).
+RUN_FLOW: Final[LiteralString] = "select flow_slug from pgflow.runs where run_id = %s"
+#: (action, actor, run id, flow slug, step slug, detail) -> record an operator's action (0016).
+RECORD_ACTION: Final[LiteralString] = (
+    "insert into pgflow.operator_actions (action, actor, run_id, flow_slug, step_slug, detail)"
+    " values (%s, %s, %s, %s, %s, %s)"
+)
+
+# -- engine metrics ------------------------------------------------------------------------------
+#: () -> runs by flow and status (every run the tables hold: pruning bounds them).
+RUNS_BY_STATUS: Final[LiteralString] = (
+    "select flow_slug, status, count(*)::int as runs from pgflow.runs group by 1, 2 order by 1, 2"
+)
+#: () -> tasks that stall recovery would take now (their worker is gone or their lease ran
+#: out), and parked ones (requeued too often), by flow and step.
+STALLED_TASKS: Final[LiteralString] = (
+    "with stalled as ("
+    "   select r.flow_slug, x.step_slug, count(*) as tasks"
+    "   from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
+    "   group by 1, 2"
+    " ), parked as ("
+    "   select flow_slug, step_slug, count(*) as tasks from pgflow.step_tasks"
+    "   where status = 'started' and permanently_stalled_at is not null group by 1, 2"
+    " )"
+    " select s.flow_slug, s.step_slug, s.queue_name, coalesce(st.tasks, 0)::int as stalled,"
+    " coalesce(p.tasks, 0)::int as parked"
+    " from pgflow.steps as s"
+    " left join stalled as st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug"
+    " left join parked as p on p.flow_slug = s.flow_slug and p.step_slug = s.step_slug"
+    " where s.step_type <> 'signal'"
+    " order by s.flow_slug, s.step_index"
+)
+#: () -> workers by flow, step, queue and state (the liveness rule's).
+WORKER_STATES: Final[LiteralString] = (
+    "select coalesce(flow_slug, '') as flow_slug, coalesce(step_slug, '') as step_slug, queue_name,"
+    " case when stopped_at is not null then 'stopped'"
+    "  when deprecated_at is not null then 'deprecated'"
+    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within then 'stale'"
+    "  else 'live' end as state,"
+    " count(*)::int as workers"
+    " from pgflow.workers group by 1, 2, 3, 4 order by 1, 2, 3, 4"
+)

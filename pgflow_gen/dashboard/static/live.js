@@ -1,0 +1,96 @@
+// pgflow-gen dashboard: confirmations before actions, and a run's page that follows the run.
+// No framework and nothing fetched from elsewhere: the page works without this file, which
+// only adds the live updates (Server-Sent Events from /runs/<id>/events).
+(function () {
+  "use strict";
+
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) {
+      event.preventDefault();
+    }
+  });
+
+  var live = document.getElementById("live");
+  if (!live || live.dataset.active !== "yes" || !window.EventSource) {
+    return;
+  }
+  var run = live.dataset.run;
+  var busy = false;
+  var again = false;
+
+  // An operator typing into a form of the run (a reason, a signal's payload) keeps what was
+  // typed: a refresh waits until the field loses focus, and puts typed values back.
+  function typing() {
+    var active = document.activeElement;
+    return active && live.contains(active) && (active.tagName === "INPUT" || active.tagName === "TEXTAREA");
+  }
+
+  function typed() {
+    var kept = {};
+    live.querySelectorAll("form input:not([type=hidden])").forEach(function (input) {
+      if (input.value) {
+        kept[input.form.getAttribute("action") + "|" + input.name] = input.value;
+      }
+    });
+    return kept;
+  }
+
+  function restore(kept) {
+    live.querySelectorAll("form input:not([type=hidden])").forEach(function (input) {
+      var value = kept[input.form.getAttribute("action") + "|" + input.name];
+      if (value !== undefined) {
+        input.value = value;
+      }
+    });
+  }
+
+  live.addEventListener("focusout", function () {
+    if (again && !busy) {
+      again = false;
+      refresh();
+    }
+  });
+
+  function refresh() {
+    if (busy || typing()) {
+      again = true;
+      return;
+    }
+    busy = true;
+    fetch("/runs/" + run + "?fragment=1", { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html !== null && !typing()) {
+          var kept = typed();
+          live.innerHTML = html;
+          restore(kept);
+          live.dataset.refreshes = String(Number(live.dataset.refreshes || 0) + 1);
+        } else if (html !== null) {
+          again = true;
+        }
+      })
+      .catch(function () { /* the next event tries again */ })
+      .finally(function () {
+        busy = false;
+        if (again && !typing()) {
+          again = false;
+          refresh();
+        }
+      });
+  }
+
+  var source = new EventSource("/runs/" + run + "/events");
+  source.onopen = refresh; // what happened before the stream opened
+  source.onmessage = function (message) {
+    refresh();
+    var event = null;
+    try {
+      event = JSON.parse(message.data).event;
+    } catch (ignored) { /* not one of the engine's events */ }
+    if (event === "run:completed" || event === "run:failed" || event === "run:cancelled") {
+      source.close();
+      live.dataset.active = "no";
+    }
+  };
+})();

@@ -1,0 +1,226 @@
+"""The dashboard's pages over HTTP, served by `pgflow-gen dashboard` against the real engine: what
+each shows, keyset pages that neither skip nor repeat a run, and a clear page (never a
+traceback) for every wrong address."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+from tests.dashboard.conftest import SHOWCASE, Dashboard, define_showcase, finished_showcase
+from tests.e2e.harness import Db
+
+
+def test_the_overview_lists_flows_with_their_runs_and_what_needs_attention(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    finished_showcase(db)
+    running = db.start(SHOWCASE, {"url": "x"})
+    db.call("pause_step", SHOWCASE, "parse", "the parser is being fixed")
+    # The test's own claims registered a worker: it has gone quiet since.
+    db.conn.execute("update pgflow.workers set last_heartbeat_at = now() - interval '1 hour'")
+
+    page = dashboard.get("/")
+
+    assert page.status == 200
+    row = _row(page.body, f'data-flow="{SHOWCASE}"')
+    assert re.search(r'data-status="failed".*?failed</span> 1<', row, re.S)
+    assert re.search(r'data-status="started".*?started</span> 1<', row, re.S)
+    assert 'aria-label="tasks per minute, last hour: 2 in all"' in row  # fetch and parse
+    attention = page.body.split('id="attention-heading"')[1].split("</section>")[0]
+    assert "no live worker" in attention  # nothing serves the showcase queue
+    assert "paused" in attention
+    assert "the parser is being fixed" in attention
+    assert running
+
+
+def test_a_run_page_shows_each_step_its_state_error_output_and_timeline(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    run_id = finished_showcase(db)
+
+    page = dashboard.get(f"/runs/{run_id}")
+
+    assert page.status == 200
+    states = dict(re.findall(r'<g class="node state-\w+" data-step="(\w+)" data-state="(\w+)"',
+                             page.body))  # fmt: skip
+    assert states == {"fetch": "completed", "notify": "skipped", "parse": "failed"}
+    assert 'data-from="fetch" data-to="parse"' in page.body
+    parse = _section(page.body, "parse")
+    assert "ValueError: no table in the page" in parse
+    assert "Traceback (most recent call last)" in parse
+    assert "1 of 1" in parse  # attempts
+    fetch = _section(page.body, "fetch")
+    assert "&#34;send&#34;: false" in fetch or "&quot;send&quot;: false" in fetch
+    assert "condition_unmet" in _section(page.body, "notify")
+    timeline = page.body.split('class="timeline"')[1]
+    order = [m for m in re.findall(r'<span class="what">([^<]+)</span>', timeline)]
+    assert order[0] == "run started"
+    assert order[-1] == "run failed"
+    assert "step skipped" in order
+    assert "step failed" in order
+
+
+def test_a_long_output_is_cut_with_a_link_to_all_of_it(dashboard: Dashboard, db: Db) -> None:
+    db.flow("big", {"slug": "make"})
+    run_id = db.start("big")
+    [task] = db.poll("big")
+    db.complete(task, {"rows": [f"row {i}" for i in range(1000)]})
+
+    page = dashboard.get(f"/runs/{run_id}")
+    assert "the first 2,000 of" in page.body
+    link = f"/runs/{run_id}/steps/make/output"
+    assert link in page.body
+    whole = dashboard.get(link, html=False)
+    assert whole.status == 200
+    assert json.loads(whole.body)["rows"][999] == "row 999"
+
+
+def test_runs_are_paged_by_keyset_without_skipping_or_repeating_a_run(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.flow("many", {"slug": "only"})
+    started = {db.start("many") for _ in range(120)}
+    # Several runs share a start time: the run id breaks the tie.
+    db.conn.execute("update pgflow.runs set started_at = date_trunc('second', started_at)")
+
+    seen: list[str] = []
+    pages = []
+    path = "/runs?flow=many"
+    while path:
+        page = dashboard.get(path)
+        assert page.status == 200
+        pages.append(page.body)
+        seen += re.findall(r'<tr data-run="([0-9a-f-]{36})">', page.body)
+        older = re.search(r'<a rel="next" href="([^"]+)"', page.body)
+        path = older[1].replace("&amp;", "&") if older else ""
+    assert [len(re.findall(r"<tr data-run=", body)) for body in pages] == [50, 50, 20]
+    assert sorted(seen) == sorted(str(run_id) for run_id in started)
+    rows = db.conn.execute(
+        "select run_id::text from pgflow.runs order by started_at desc, run_id desc"
+    ).fetchall()
+    assert seen == [row[0] for row in rows]
+
+    # Back from the last page: the newer link gives the middle page again.
+    newer = re.search(r'<a rel="prev" href="([^"]+)"', pages[2])
+    assert newer is not None
+    back = dashboard.get(newer[1].replace("&amp;", "&"))
+    assert re.findall(r'<tr data-run="([0-9a-f-]{36})">', back.body) == seen[50:100]
+
+
+def test_runs_filter_by_status_and_find_a_run_by_its_first_characters(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    failed = finished_showcase(db)
+    running = db.start(SHOWCASE, {"url": "x"})
+
+    page = dashboard.get("/runs?status=failed")
+    assert re.findall(r'<tr data-run="([0-9a-f-]{36})">', page.body) == [str(failed)]
+    prefix = str(running)[:8]
+    page = dashboard.get(f"/runs?q={prefix}")
+    assert re.findall(r'<tr data-run="([0-9a-f-]{36})">', page.body) == [str(running)]
+    whole = dashboard.get(f"/runs?q={running}")
+    assert (whole.status, whole.headers["location"]) == (303, f"/runs/{running}")
+
+
+def test_queues_and_workers_show_depth_coverage_and_state(dashboard: Dashboard, db: Db) -> None:
+    db.compile("stepped", [{"slug": "first"}, {"slug": "second", "dependencies": ["first"]}])
+    for _ in range(3):
+        db.start("stepped")
+    db.register("stepped__first")
+
+    queues = dashboard.get("/queues")
+    first = _row(queues.body, 'data-queue="stepped__first"')
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", first, re.S)
+    assert cells[3:5] == ["3", "3"]  # messages, visible now
+    assert 'data-covered="yes"' in first
+    second = _row(queues.body, 'data-queue="stepped__second"')
+    assert 'data-covered="no"' in second
+    assert "no live worker" in second
+
+    workers = dashboard.get("/workers")
+    assert 'data-state="live"' in workers.body
+    assert "stepped__first" in workers.body
+
+
+def test_a_wrong_address_gets_a_page_that_says_what_is_wrong(dashboard: Dashboard) -> None:
+    missing = uuid.uuid4()
+    cases = {
+        f"/runs/{missing}": (404, f"No run {missing} in this database"),
+        "/runs/not-a-run": (400, "Not a run id: &#39;not-a-run&#39;."),
+        "/runs?older=bm9wZQ": (400, "not a page cursor"),
+        "/runs?status=sleeping": (400, "Not a run status: &#39;sleeping&#39;."),
+        "/runs?q=drop%20table": (400, "Search by run id or its first characters"),
+        "/nowhere": (404, "Not Found"),
+    }
+    for path, (status, said) in cases.items():
+        page = dashboard.get(path)
+        assert (page.status, path) == (status, path)
+        assert said in page.body, path
+        assert "Traceback" not in page.body
+    assert "Traceback" not in dashboard.log()
+
+
+def test_a_read_only_dashboard_shows_no_action_and_refuses_one(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    run_id = db.start(SHOWCASE, {"url": "x"})
+    page = dashboard.get(f"/runs/{run_id}")
+    assert "<form" not in page.body.split("<main>")[1]  # no action anywhere
+    assert 'data-mode="read-only"' in page.body
+    refused = dashboard.post(f"/runs/{run_id}/cancel", {"csrf": ""})
+    assert refused.status == 403
+    assert "read-only" in refused.body
+    assert db.run(run_id)["status"] == "started"
+
+
+def _row(body: str, marker: str) -> str:
+    start = body.index(marker)
+    return body[start : body.index("</tr>", start)]
+
+
+def _section(body: str, step: str) -> str:
+    start = body.index(f'<section class="step" id="step-{step}"')
+    return body[start : body.index("</section>", start)]
+
+
+def test_a_backlog_grows_when_tasks_wait_long_and_more_came_than_went(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.compile("stepped", [{"slug": "first"}, {"slug": "second", "dependencies": ["first"]}])
+    db.register("stepped__first")  # covered, so only the backlog can need attention
+    for _ in range(3):
+        db.start("stepped")
+    assert "backlog growing" not in dashboard.get("/queues").body  # they just came
+
+    db.conn.execute(
+        "update pgflow.step_tasks set queued_at = now() - interval '45 seconds'"
+        " where step_slug = 'first'"
+    )
+    row = _row(dashboard.get("/queues").body, 'data-queue="stepped__first"')
+    assert "backlog growing" in row
+
+    # Two went, one still waits: more came (3) than went (2), so it still grows.
+    first, second, third = db.poll("stepped", queue="stepped__first", step="first", qty=3)
+    db.complete(first, "done")
+    db.complete(second, "done")
+    db.conn.execute("select pgflow.fail_task(%s, 'first', 0, 'retry me')", (third.run_id,))
+    assert db.task(third.run_id, "first")["status"] == "queued"
+    db.conn.execute(
+        "update pgflow.step_tasks set queued_at = now() - interval '45 seconds'"
+        " where step_slug = 'first' and status = 'queued'"
+    )
+    row = _row(dashboard.get("/queues").body, 'data-queue="stepped__first"')
+    assert "backlog growing" in row
+
+    # The third one went too: as many went as came.
+    db.conn.execute("update pgmq.q_stepped__first set vt = now()")
+    [again] = db.poll("stepped", queue="stepped__first", step="first")
+    db.complete(again, "done")
+    row = _row(dashboard.get("/queues").body, 'data-queue="stepped__first"')
+    assert "backlog growing" not in row
