@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -117,11 +118,15 @@ def environment() -> jinja2.Environment:
 
 
 async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Every page but the public ones needs the token, when there is one."""
+    """Every page but the public ones needs the token, when there is one. A response says how
+    long the application took for it (`Server-Timing`, shown by a browser's developer tools)."""
     rules: access_module.Access = request.app.state.access
     path = request.url.path
     if rules.allows(request) or path.startswith(PUBLIC_PREFIXES):
-        return await call_next(request)
+        started = time.perf_counter()
+        response = await call_next(request)
+        response.headers["server-timing"] = f"app;dur={1000 * (time.perf_counter() - started):.1f}"
+        return response
     given = request.query_params.get("token")
     if given is not None and rules.token_matches(given):
         # A link with the token signs in once; the address bar keeps no token.

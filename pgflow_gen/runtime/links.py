@@ -63,7 +63,8 @@ def primary_message(exc: psycopg.Error) -> str:
 class Link(Generic[ConnectionT]):
     """One connection, opened by `connect` and reopened on demand after `broken()`.
 
-    `on_connect` runs on every new connection (a worker re-registers, a listener re-listens).
+    `on_connect` runs on every new connection (a worker re-registers, a listener re-listens);
+    `on_reconnect` is told each time a connection replaces a lost one (the worker's metrics).
     """
 
     def __init__(
@@ -72,8 +73,11 @@ class Link(Generic[ConnectionT]):
         purpose: str,
         logger: logging.Logger,
         on_connect: Callable[[ConnectionT], Awaitable[None]] | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         self._connect = connect
+        self._on_reconnect = on_reconnect
+        self._connected_before = False
         self._purpose = purpose
         self._log = logger
         self._on_connect = on_connect
@@ -115,6 +119,9 @@ class Link(Generic[ConnectionT]):
                 continue
             if self._backoff != FIRST_BACKOFF:
                 self._log.info("database connection for %s is back", self._purpose)
+            if self._connected_before and self._on_reconnect is not None:
+                self._on_reconnect(self._purpose)
+            self._connected_before = True
             self._backoff = FIRST_BACKOFF
             self._conn = conn
         return self._conn
@@ -122,6 +129,7 @@ class Link(Generic[ConnectionT]):
     def adopt(self, conn: ConnectionT) -> None:
         """Use an already open connection (the one the worker started with)."""
         self._conn = conn
+        self._connected_before = True
 
     async def broken(self, exc: BaseException) -> None:
         """Forget the current connection after `exc`; the next `get()` reconnects."""

@@ -29,11 +29,12 @@ async def listen(
     wake: asyncio.Event,
     log: logging.Logger,
     on_cancelled: Callable[[uuid.UUID], None] | None = None,
+    on_reconnect: Callable[[str], None] | None = None,
 ) -> None:
     """Set `wake` on every insert into `queue`, and call `on_cancelled` with the id of every
     run the engine cancels while this queue has tasks of it running, until cancelled."""
     channel = naming.pgmq_insert_channel(queue)
-    link: Link[Session] = Link(connect, "notifications", log)
+    link: Link[Session] = Link(connect, "notifications", log, on_reconnect=on_reconnect)
     try:
         while True:
             session = await link.get()

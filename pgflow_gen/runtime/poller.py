@@ -169,7 +169,7 @@ class Poller:
                 return False
             del slots.reports[: len(batch)]
             for report, row in zip(batch, done.rows, strict=True):
-                reporting.log_if_stale(report, row, self.log)
+                reporting.log_if_stale(report, row, self.log, slots.metrics)
             read = await self._take(session, done.claim)
             self._busy = read == wanted and wanted > 0
         if self._busy:
@@ -201,6 +201,7 @@ class Poller:
         own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:
+            self.slots.metrics.unclaimed(len(foreign))
             self.log.warning(
                 "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
                 " them (already started or finished, or not this flow's or step's); this worker"

@@ -187,7 +187,7 @@ class Reporter:
         try:
             if self.claimer is not None and not self.draining():
                 await self.claimer.complete_and_claim(session)
-            await send_reports(session, self.slots.reports, self.log)
+            await send_reports(session, self.slots.reports, self.log, self.slots.metrics)
         finally:
             self.slots.wake_poll.set()  # sent results free their slots for the poller
         if self._failing is not None:

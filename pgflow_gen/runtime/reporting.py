@@ -19,6 +19,7 @@ import logging
 import psycopg
 
 from pgflow_gen.runtime.links import primary_message
+from pgflow_gen.runtime.metrics import WorkerMetrics
 from pgflow_gen.runtime.session import Session, TaskRow
 from pgflow_gen.runtime.sqlstate import Kind, classify
 from pgflow_gen.runtime.task_runner import MAX_ERROR_CHARS, Report
@@ -27,7 +28,12 @@ from pgflow_gen.runtime.task_runner import MAX_ERROR_CHARS, Report
 UNSTORABLE_ERROR = "The engine refused the handler's error message"
 
 
-async def send_reports(session: Session, reports: list[Report], log: logging.Logger) -> None:
+async def send_reports(
+    session: Session,
+    reports: list[Report],
+    log: logging.Logger,
+    metrics: WorkerMetrics | None = None,
+) -> None:
     """Send `reports` in order, removing each once the engine has it.
 
     Raises the psycopg error of a lost connection, a transient failure (a lock or statement
@@ -38,7 +44,7 @@ async def send_reports(session: Session, reports: list[Report], log: logging.Log
     alone = 0  # reports to send one by one first, after a refused batch (it holds a bad one)
     while reports:
         if alone == 0:
-            sent, refused = await _send_batch(session, reports, log)
+            sent, refused = await _send_batch(session, reports, log, metrics)
             if sent:
                 continue
             alone = refused
@@ -58,7 +64,7 @@ async def send_reports(session: Session, reports: list[Report], log: logging.Log
             # The output could not even be encoded for the statement.
             _replace(reports, report, f"{type(exc).__name__}: {exc}", exc, log)
             continue
-        log_if_stale(report, row, log)
+        log_if_stale(report, row, log, metrics)
         reports.pop(0)
 
 
@@ -97,7 +103,7 @@ def storable_text(text: str) -> str:
 
 
 async def _send_batch(
-    session: Session, reports: list[Report], log: logging.Logger
+    session: Session, reports: list[Report], log: logging.Logger, metrics: WorkerMetrics | None
 ) -> tuple[bool, int]:
     """Complete the leading successes with one complete_tasks call (one statement, one round
     trip): (True, 0) when it did; (False, n) when there are fewer than two (n = 0) or the engine
@@ -119,7 +125,7 @@ async def _send_batch(
     except (ValueError, TypeError, RecursionError):
         return False, len(batch)  # one output cannot be encoded: one by one finds it
     for report, row in zip(batch, rows, strict=True):
-        log_if_stale(report, row, log)
+        log_if_stale(report, row, log, metrics)
     del reports[: len(batch)]
     return True, 0
 
@@ -147,14 +153,18 @@ def _log_dropped(report: Report, reason: str, log: logging.Logger) -> None:
     )
 
 
-def log_if_stale(report: Report, row: TaskRow, log: logging.Logger) -> None:
-    """Log a result the engine ignored because its attempt is no longer the task's current one
-    (the callback returns the task's row, whose attempts_count then differs), or because its
-    run was cancelled, or failed at another step, while the handler ran (the task's status is
-    `cancelled`)."""
+def log_if_stale(
+    report: Report, row: TaskRow, log: logging.Logger, metrics: WorkerMetrics | None = None
+) -> None:
+    """Log (and count) a result the engine ignored because its attempt is no longer the task's
+    current one (the callback returns the task's row, whose attempts_count then differs), or
+    because its run was cancelled, or failed at another step, while the handler ran (the task's
+    status is `cancelled`)."""
     if row is None:
         return
     task = report.task
+    if metrics is not None and (row[0] != task.attempt or row[1] == "cancelled"):
+        metrics.ignored(task.step_slug)
     if row[0] == task.attempt and row[1] == "cancelled":  # expected, hence no warning
         log.info(
             "ignored the %s of task %s/%s[%d] attempt %d: the task was cancelled (its run"

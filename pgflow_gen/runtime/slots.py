@@ -15,6 +15,7 @@ from typing import Any
 
 from pgflow_gen.runtime import permanent, startup
 from pgflow_gen.runtime.flow import Flow
+from pgflow_gen.runtime.metrics import WorkerMetrics
 from pgflow_gen.runtime.task_runner import (
     ClaimedTask,
     Handler,
@@ -42,9 +43,11 @@ class Slots:
         logger: logging.Logger,
         check_outputs: bool = True,
         not_on: Mapping[str, Sequence[permanent.NotRetried]] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         """`check_outputs` checks each output against its step's output type (off: any JSON);
-        `not_on` names for each step the exception classes that fail its tasks at once."""
+        `not_on` names for each step the exception classes that fail its tasks at once;
+        `metrics` counts claims and handlers' ends (default: for this flow, queue unknown)."""
         self.max_concurrent = max_concurrent
         self.handlers = handlers
         self.worker_id = worker_id
@@ -55,6 +58,9 @@ class Slots:
         self.roots = startup.takes_run_input(flow)
         self.output_checks = startup.output_checks(flow) if check_outputs else {}
         self.not_on = not_on or {}
+        self.metrics = metrics or WorkerMetrics(flow.slug, "")
+        #: When each running handler started (monotonic), for its duration.
+        self._began: dict[asyncio.Task[Report], float] = {}
         #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
         self.shutdown = threading.Event()
         #: Set by a second stop signal: the drain ends now, and the worker said so already.
@@ -119,6 +125,8 @@ class Slots:
         )
         self.inflight[running] = task
         self.cancellations[running] = cancellation
+        self._began[running] = time.monotonic()
+        self.metrics.claimed(task.step_slug)
         running.add_done_callback(self._handler_finished)
 
     async def drain(self, remaining: Callable[[], float]) -> None:
@@ -170,6 +178,9 @@ class Slots:
     def _handler_finished(self, running: asyncio.Task[Report]) -> None:
         task = self.inflight.pop(running, None)
         self.cancellations.pop(running, None)
+        began = self._began.pop(running, None)
+        if task is not None and began is not None:
+            self.metrics.finished(task.step_slug, _outcome(running), time.monotonic() - began)
         if not running.cancelled():
             failure = running.exception()
             if failure is not None and task is not None:
@@ -204,3 +215,15 @@ class Slots:
             self.reports.append(report)
             self.wake_report.set()
         self.wake_poll.set()
+
+
+def _outcome(running: asyncio.Task[Report]) -> str:
+    """How a handler ended, as the metrics say it: completed, failed or stopped."""
+    if running.cancelled():
+        return "stopped"  # still running when the drain's grace period ended
+    if running.exception() is not None:
+        return "failed"
+    report = running.result()
+    if report.discarded is not None:
+        return "stopped"
+    return "completed" if report.error is None else "failed"

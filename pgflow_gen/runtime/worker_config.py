@@ -56,6 +56,10 @@ class WorkerSettings:
     #: Seconds a read message stays hidden until its claim sets the real lease (the step's
     #: timeout and 2 s); a message the claim does not take shows again after this.
     read_visibility: int = 10
+    #: Serve Prometheus metrics at /metrics on this port (None: not served; 0: any free port).
+    metrics_port: int | None = None
+    #: The address the metrics are served on.
+    metrics_host: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         check(dataclasses.asdict(self))
@@ -75,6 +79,8 @@ class SettingKeywords(TypedDict, total=False):
     check_outputs: bool | None
     connect_timeout: float | None
     read_visibility: int | None
+    metrics_port: int | None
+    metrics_host: str | None
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,14 @@ _OPTIONS = (
     _Option(
         "read_visibility", int, lambda v: v >= 1, "a whole number of at least 1",
         "seconds a read message stays hidden until its claim sets its lease (default: 10)",
+    ),
+    _Option(
+        "metrics_port", int, lambda v: 0 <= v <= 65535, "a port number from 0 to 65535",
+        "serve Prometheus metrics at /metrics on this port (default: not served)",
+    ),
+    _Option(
+        "metrics_host", str, lambda v: bool(v.strip()), "a non-empty address",
+        "the address the metrics are served on (default: 0.0.0.0)",
     ),
 )  # fmt: skip
 

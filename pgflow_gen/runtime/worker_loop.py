@@ -43,6 +43,7 @@ from pgflow_gen.runtime.heartbeat import Heartbeat
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.listener import listen
 from pgflow_gen.runtime.liveness import DEFAULT, Liveness
+from pgflow_gen.runtime.metrics import MetricsServer, WorkerMetrics
 from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reporter import Reporter
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
@@ -88,6 +89,9 @@ class WorkerLoop:
         self._connect: Connector = connect or functools.partial(
             PsycopgSession.connect, database_url, prepare
         )
+        #: This worker's Prometheus metrics (served when settings.metrics_port is set).
+        self.metrics = WorkerMetrics(assignment.flow.slug, assignment.queue_name)
+        self.metrics_server: MetricsServer | None = None
         self.slots = Slots(
             flow=assignment.flow,
             handlers=assignment.handlers,
@@ -99,6 +103,7 @@ class WorkerLoop:
             logger=logger,
             check_outputs=settings.check_outputs,
             not_on=assignment.not_on,
+            metrics=self.metrics,
         )
         self._draining = False
         self._deadline = 0.0
@@ -119,6 +124,23 @@ class WorkerLoop:
             self._install_signal_handlers()
         for name in stopped_before:
             self.begin_drain(f"received {name}")
+        if self.settings.metrics_port is not None:
+            # Before connecting: a port in use is a configuration error, said at once.
+            self.metrics_server = MetricsServer(
+                self.settings.metrics_host, self.settings.metrics_port
+            )
+            self.metrics_server.start()
+            self.log.info(
+                "metrics at http://%s:%d/metrics", self.settings.metrics_host,
+                self.metrics_server.bound_port,
+            )  # fmt: skip
+        try:
+            await self._start_and_serve()
+        finally:
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
+
+    async def _start_and_serve(self) -> None:
         first = await self._connect_for_startup()
         if first is None:
             self.slots.close()
@@ -154,12 +176,14 @@ class WorkerLoop:
         self.log.info("worker %s stopped", self.name)
 
     async def _serve(self, first: Session) -> None:
-        poll_link: Link[Session] = Link(self._connect, "polling", self.log)
+        counted = self.metrics.reconnected
+        poll_link: Link[Session] = Link(self._connect, "polling", self.log, on_reconnect=counted)
         poll_link.adopt(first)
-        report_link: Link[Session] = Link(self._connect, "results", self.log)
+        report_link: Link[Session] = Link(self._connect, "results", self.log, on_reconnect=counted)
         beat_link: Link[Session] = Link(
-            self._connect, "heartbeats", self.log, on_connect=self._register
-        )
+            self._connect, "heartbeats", self.log, on_connect=self._register,
+            on_reconnect=counted,
+        )  # fmt: skip
         poller = Poller(
             slots=self.slots,
             assignment=self.assignment,
@@ -206,6 +230,7 @@ class WorkerLoop:
                             self.slots.wake_poll,
                             self.log,
                             on_cancelled=self._run_cancelled,
+                            on_reconnect=counted,
                         ),
                     )
                 )

@@ -92,8 +92,8 @@ def test_an_unknown_setting_or_a_settings_of_another_type_is_a_config_error() ->
         worker_config.settings(None, {"max_concurent": 3})
     assert bad.value.hint == (
         "Worker settings are batch_size, check_outputs, connect_timeout, max_concurrent,"
-        " notifications, poll_interval, prepared_statements, read_visibility,"
-        " recovery_interval, shutdown_grace, worker_name (docs/workers.md)."
+        " metrics_host, metrics_port, notifications, poll_interval, prepared_statements,"
+        " read_visibility, recovery_interval, shutdown_grace, worker_name (docs/workers.md)."
     )
     with pytest.raises(errors.ConfigError, match="settings must be a WorkerSettings, got dict"):
         worker_config.settings({"max_concurrent": 3}, {})  # type: ignore[arg-type]

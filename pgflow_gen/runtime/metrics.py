@@ -1,0 +1,147 @@
+"""A worker's Prometheus metrics: what it claimed, how its handlers ended and how long they
+took, what it holds in flight, and the trouble it met (reconnects, messages it could not claim,
+results the engine ignored). They live in prometheus_client's default registry, so a worker
+embedded in an application shows them beside the application's own; with the `metrics_port`
+setting (`--metrics-port`, `PGFLOW_METRICS_PORT`) the worker serves them at `/metrics` itself.
+
+Every series carries the flow, the step (empty where a message's step is unknown) and the queue.
+The engine's own gauges (queue depth, coverage, runs by status) come from SQL instead
+(`pgflow-gen metrics`, the dashboard's `/metrics`; docs/observability.md).
+
+>>> metrics = WorkerMetrics("greetUser", "greetuser")
+>>> metrics.claimed("greeting")
+>>> metrics.finished("greeting", "completed", 0.25)
+>>> CLAIMED.labels("greetUser", "greeting", "greetuser")._value.get() >= 1
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from pgflow_gen.runtime import errors
+
+LABELS = ("flow", "step", "queue")
+
+CLAIMED = Counter("pgflow_worker_tasks_claimed", "Tasks this process's workers claimed.", LABELS)
+FINISHED = Counter(
+    "pgflow_worker_tasks_finished",
+    "Handlers that ended, by outcome: completed, failed (the handler raised or timed out: the"
+    " task is retried or fails) or stopped (its run was cancelled; nothing is sent).",
+    (*LABELS, "outcome"),
+)
+DURATION = Histogram(
+    "pgflow_worker_handler_duration_seconds",
+    "How long handlers ran, by outcome.",
+    (*LABELS, "outcome"),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+)
+IN_FLIGHT = Gauge("pgflow_worker_tasks_in_flight", "Handlers running now.", LABELS)
+RECONNECTS = Counter(
+    "pgflow_worker_reconnects",
+    "Times a worker's connection was lost and opened again, by what it was for.",
+    ("flow", "queue", "purpose"),
+)
+UNCLAIMED = Counter(
+    "pgflow_worker_unclaimed_messages",
+    "Messages read but not claimed: foreign ones, of tasks already started or finished.",
+    ("flow", "queue"),
+)
+IGNORED = Counter(
+    "pgflow_worker_results_ignored",
+    "Results the engine ignored: their attempt was no longer the task's current one, or the"
+    " task was cancelled meanwhile.",
+    LABELS,
+)
+
+
+@dataclass
+class WorkerMetrics:
+    """One worker's view of the metrics above: its flow and queue bound, each step's series
+    looked up once (a lookup by labels costs more than the increment)."""
+
+    flow_slug: str
+    queue_name: str
+    _children: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def claimed(self, step_slug: str) -> None:
+        self._child(CLAIMED, self.flow_slug, step_slug, self.queue_name).inc()
+        self._child(IN_FLIGHT, self.flow_slug, step_slug, self.queue_name).inc()
+
+    def finished(self, step_slug: str, outcome: str, seconds: float) -> None:
+        self._child(IN_FLIGHT, self.flow_slug, step_slug, self.queue_name).dec()
+        labels = (self.flow_slug, step_slug, self.queue_name, outcome)
+        self._child(FINISHED, *labels).inc()
+        self._child(DURATION, *labels).observe(seconds)
+
+    def reconnected(self, purpose: str) -> None:
+        self._child(RECONNECTS, self.flow_slug, self.queue_name, purpose).inc()
+
+    def unclaimed(self, count: int) -> None:
+        self._child(UNCLAIMED, self.flow_slug, self.queue_name).inc(count)
+
+    def ignored(self, step_slug: str) -> None:
+        self._child(IGNORED, self.flow_slug, step_slug, self.queue_name).inc()
+
+
+#: The servers this process runs: (host, port) -> (server, its thread, how many workers use it).
+_SERVERS: dict[tuple[str, int], tuple[Any, Any, int]] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+class MetricsServer:
+    """`/metrics` served from this process on (host, port), shared by the workers of the process
+    that ask for the same address and stopped when the last of them stops."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.bound_port = port
+
+    def start(self) -> None:
+        """Serve, or join the server already serving this address; ConfigError when the port is
+        taken by something else."""
+        key = (self.host, self.port)
+        with _SERVERS_LOCK:
+            running = _SERVERS.get(key)
+            if running is not None:
+                server, thread, users = running
+                _SERVERS[key] = (server, thread, users + 1)
+                self.bound_port = server.server_port
+                return
+            try:
+                server, thread = start_http_server(self.port, addr=self.host)
+            except OSError as exc:
+                raise errors.ConfigError(
+                    f"Cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}.",
+                    hint="Pick another --metrics-port (PGFLOW_METRICS_PORT), or stop what"
+                    " listens there.",
+                ) from None
+            _SERVERS[key] = (server, thread, 1)
+            self.bound_port = server.server_port
+
+    def stop(self) -> None:
+        key = (self.host, self.port)
+        with _SERVERS_LOCK:
+            running = _SERVERS.get(key)
+            if running is None:
+                return
+            server, thread, users = running
+            if users > 1:
+                _SERVERS[key] = (server, thread, users - 1)
+                return
+            del _SERVERS[key]
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
