@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import socket
 import urllib.request
+import uuid
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,9 +33,12 @@ def test_a_worker_counts_its_tasks_by_outcome(workers: Workers, db: Db) -> None:
     worker.wait_for_log("metrics at http://127.0.0.1:")
     done = [db.start("e2eSteps", {"n": n}) for n in range(3)]
     retried = db.start("e2eSteps", {"n": 9, "fail_first": 1})  # fails once, then completes
-    for run_id in done:
-        eventually(lambda r=run_id: db.task(r, "first")["status"] == "completed", "first done")
-    eventually(lambda: db.task(retried, "first")["status"] == "completed", "the retry")
+    for run_id in [*done, retried]:
+
+        def first_done(run: uuid.UUID = run_id) -> bool:
+            return bool(db.task(run, "first")["status"] == "completed")
+
+        eventually(first_done, f"the first step of run {run_id}")
 
     labels = (("flow", "e2eSteps"), ("queue", "e2esteps__first"), ("step", "first"))
 
