@@ -33,7 +33,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.runtime import database, errors, inputs, queries
+from pgflow_gen.runtime import database, errors, inputs, queries, tracing
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
 
@@ -388,7 +388,7 @@ class Client:
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         validate_input(plain, input)
-        with self.connection() as conn:
+        with self.connection() as conn, _traced(conn):
             try:
                 if idempotency_key is None:
                     row = conn.execute(
@@ -463,7 +463,7 @@ class Client:
         if not inputs:
             return []
         keys = None if idempotency_keys is None else list(idempotency_keys)
-        with self.connection() as conn:
+        with self.connection() as conn, _traced(conn):
             try:
                 with conn.cursor(row_factory=dict_row) as cur:
                     rows = cur.execute(
@@ -596,6 +596,20 @@ class Client:
             raise RunNotFoundError(f"Run {run_id} does not exist.")
         failure = read_failure(conn, run_id) if row["status"] == "failed" else None
         return Run(**row, client=self, failure=failure)
+
+
+@contextlib.contextmanager
+def _traced(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """While the caller is traced (runtime/tracing.py), its starts run in a transaction that
+    hands its trace context to the engine, so that the runs' tasks join its trace; otherwise
+    nothing changes (one statement, autocommit)."""
+    parent = tracing.traceparent()
+    if parent is None:
+        yield
+        return
+    with conn.transaction():
+        conn.execute(queries.SET_TRACEPARENT, (parent,))
+        yield
 
 
 def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailure | None:

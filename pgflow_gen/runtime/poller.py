@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -17,12 +18,13 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgflow_gen.runtime import reporting
+from pgflow_gen.runtime import reporting, tracing
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.session import Claim, Session
 from pgflow_gen.runtime.slots import Slots
 from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.task_runner import ClaimedTask
 
 #: How many held message ids the poller remembers, so that it logs each once.
 HELD_REMEMBERED = 10_000
@@ -56,6 +58,8 @@ class Poller:
         self.stopping = stopping
         #: Held messages of paused steps already logged (see _say_paused).
         self._held_seen: set[int] = set()
+        #: Said once: the runs' trace contexts could not be read (an engine before 0016).
+        self._said_untraced = False
         #: Seconds until the queue's next hidden message shows again, from the last poll that
         #: read less than it asked for (None: unknown, or nothing hidden).
         self.next_visible_in: float | None = None
@@ -185,6 +189,8 @@ class Poller:
             and time.monotonic() + self.next_visible_in + WAKE_MARGIN_S < self._wake_at
         ):
             self.slots.wake_poll.set()  # the sleeping poller must wake sooner than it planned
+        if claimed and tracing.enabled():
+            claimed = await self._traced(session, claimed)
         # Handlers first: the claim is committed, so nothing below may keep them from starting.
         for task in claimed:
             self.slots.start(task)
@@ -212,6 +218,22 @@ class Poller:
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
             )
         return len(claimed) + len(unclaimed_read)
+
+    async def _traced(self, session: Session, claimed: list[ClaimedTask]) -> list[ClaimedTask]:
+        """The tasks with their runs' trace contexts (one statement), so their spans join the
+        traces their runs were started in; the tasks as they are when that fails (logged once):
+        a trace is never worth a task that does not start."""
+        try:
+            found = await session.trace_contexts(list({task.run_id for task in claimed}))
+        except psycopg.Error as exc:
+            if not self._said_untraced:
+                self._said_untraced = True
+                self.log.warning(
+                    "cannot read the runs' trace contexts (%s); task spans start traces of"
+                    " their own", primary_message(exc),
+                )  # fmt: skip
+            return claimed
+        return [dataclasses.replace(task, traceparent=found.get(task.run_id)) for task in claimed]
 
     def _say_paused(self, held: list[int]) -> None:
         """Log the messages of paused steps a claim held, each once (held messages come back

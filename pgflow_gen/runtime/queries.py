@@ -87,6 +87,12 @@ COMPLETE_AND_CLAIM: Final[LiteralString] = (
 # -- upkeep --------------------------------------------------------------------------------------
 #: (worker id) -> whether an operator deprecated the worker.
 HEARTBEAT: Final[LiteralString] = "select pgflow.heartbeat_worker(%s)"
+#: (run ids) -> each run's id and the trace context it was started in (engine 0016).
+TRACE_CONTEXTS: Final[LiteralString] = (
+    "select run_id, traceparent from pgflow.runs where run_id = any(%s)"
+)
+#: (traceparent) -> this transaction's runs keep the caller's trace context (engine 0016).
+SET_TRACEPARENT: Final[LiteralString] = "select set_config('pgflow.traceparent', %s, true)"
 #: Bound the statements of this transaction: (statement timeout, lock timeout), as '5s'.
 LIMIT_TRANSACTION: Final[LiteralString] = (
     "select set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)"

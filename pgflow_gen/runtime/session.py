@@ -165,6 +165,11 @@ class Session(Protocol):
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None: ...
 
+    # tracing
+    async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
+        """Each run's stored trace context (`runs.traceparent`, engine 0016)."""
+        ...
+
     # notifications
     async def listen(self, channel: str) -> None: ...
     def notifies(self, timeout: float) -> AsyncIterator[str]: ...
@@ -437,6 +442,10 @@ class PsycopgSession:
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None:
         await self.conn.execute(queries.MARK_STOPPED, (worker_id,))
+
+    async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
+        cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
+        return {row[0]: row[1] for row in await cursor.fetchall()}
 
     async def listen(self, channel: str) -> None:
         await self.conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))

@@ -44,6 +44,7 @@ class Slots:
         check_outputs: bool = True,
         not_on: Mapping[str, Sequence[permanent.NotRetried]] | None = None,
         metrics: WorkerMetrics | None = None,
+        queue_name: str = "",
     ) -> None:
         """`check_outputs` checks each output against its step's output type (off: any JSON);
         `not_on` names for each step the exception classes that fail its tasks at once;
@@ -58,7 +59,8 @@ class Slots:
         self.roots = startup.takes_run_input(flow)
         self.output_checks = startup.output_checks(flow) if check_outputs else {}
         self.not_on = not_on or {}
-        self.metrics = metrics or WorkerMetrics(flow.slug, "")
+        self.queue_name = queue_name
+        self.metrics = metrics or WorkerMetrics(flow.slug, queue_name)
         #: When each running handler started (monotonic), for its duration.
         self._began: dict[asyncio.Task[Report], float] = {}
         #: Set when the worker drains: long handlers may watch `ctx.shutdown`.
@@ -121,6 +123,7 @@ class Slots:
                 check_output=self.output_checks.get(task.step_slug),
                 cancellation=cancellation,
                 not_on=self.not_on.get(task.step_slug, ()),
+                queue_name=self.queue_name,
             )
         )
         self.inflight[running] = task

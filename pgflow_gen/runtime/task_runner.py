@@ -5,6 +5,7 @@ outcome into a report for the engine: an output to complete the task with, or an
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
@@ -22,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.runtime import errors, permanent
+from pgflow_gen.runtime import errors, permanent, tracing
 from pgflow_gen.runtime.context import Context, _Lazy
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 
@@ -43,6 +44,8 @@ class ClaimedTask:
     flow_input: Any
     attempt: int
     timeout: int
+    #: The W3C trace context the run was started in, read only while tracing (runtime/tracing.py).
+    traceparent: str | None = None
 
 
 #: The most characters of a failure the engine stores: the exception's type and message (at
@@ -113,6 +116,7 @@ async def run_task(
     check_output: Callable[[Any], list[str]] | None = None,
     cancellation: RunCancellation | None = None,
     not_on: Sequence[permanent.NotRetried] = (),
+    queue_name: str = "",
 ) -> Report:
     """Run `handler` for `task`; never raises (a failure becomes the report's error), except
     the cancellation of a worker that stops past its grace period.
@@ -132,7 +136,38 @@ async def run_task(
 
     When `cancellation` is set (the run was cancelled) the handler is stopped the same way, at
     once, and the report is `discarded`: the engine closed the task, so there is nothing to send.
+
+    While an application traces (runtime/tracing.py), the attempt is one span, current while
+    the handler runs, ended with its outcome.
     """
+    with tracing.task_span(task, queue_name, worker_id) as span:
+        report = await _run_task_reported(
+            task, handler, executor=executor, worker_id=worker_id, shutdown=shutdown,
+            logger=logger, database_url=database_url, prepare_threshold=prepare_threshold,
+            root=root, on_abandoned=on_abandoned, check_output=check_output,
+            cancellation=cancellation, not_on=not_on,
+        )  # fmt: skip
+        outcome = "stopped" if report.discarded else "failed" if report.error else "completed"
+        tracing.end_task(span, outcome, report.error)
+        return report
+
+
+async def _run_task_reported(
+    task: ClaimedTask,
+    handler: Handler,
+    *,
+    executor: Executor,
+    worker_id: uuid.UUID,
+    shutdown: threading.Event,
+    logger: logging.Logger,
+    database_url: str,
+    prepare_threshold: int | None,
+    root: bool,
+    on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
+    check_output: Callable[[Any], list[str]] | None,
+    cancellation: RunCancellation | None,
+    not_on: Sequence[permanent.NotRetried],
+) -> Report:
     try:
         return await _run_task(
             task,
@@ -210,8 +245,12 @@ async def _run_task(
         if inspect.iscoroutinefunction(handler):
             result = await _until_stopped(handler(handler_input, context), task.timeout, stopped)
         else:
+            # In a copy of this task's context: the handler's thread sees its span (and any
+            # other context variable), as asyncio.to_thread would show them.
             running = loop.run_in_executor(
-                executor, functools.partial(handler, handler_input, context)
+                executor,
+                contextvars.copy_context().run,
+                functools.partial(handler, handler_input, context),
             )
             await asyncio.wait({running, stopped}, timeout=task.timeout,
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip

@@ -104,6 +104,7 @@ class WorkerLoop:
             check_outputs=settings.check_outputs,
             not_on=assignment.not_on,
             metrics=self.metrics,
+            queue_name=assignment.queue_name,
         )
         self._draining = False
         self._deadline = 0.0

@@ -287,6 +287,10 @@ class FakeSession:
     async def mark_stopped(self, worker_id: uuid.UUID) -> None:
         self._call().stopped = True
 
+    async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
+        self._call()
+        return dict.fromkeys(run_ids)
+
     async def listen(self, channel: str) -> None:
         self._call()
 

@@ -4,6 +4,8 @@
 -- returns this run. The key lives as long as the run (pruning frees it).
 -- A failed run retried (pgflow.retry_run) is started again: retry_count counts the retries and
 -- retried_at is when the last one was.
+-- traceparent is the W3C trace context of the caller that started it (engine 0016), so that its
+-- tasks' spans join the caller's trace (docs/observability.md); null when there was none.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -20,6 +22,7 @@ create table pgflow.runs (
   idempotency_key text,
   retry_count int not null default 0,
   retried_at timestamptz,
+  traceparent text,
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
 ) with (fillfactor = 80);
 

@@ -4,6 +4,9 @@
 -- With an idempotency_key, a run of this flow with that key is returned as it is (whatever its
 -- input and status) and nothing starts; concurrent starts with one key make one run (the unique
 -- index decides; under repeatable read the loser gets a serialization failure, to be retried).
+-- The run keeps the caller's trace context: the transaction's `pgflow.traceparent` setting when
+-- it holds a W3C traceparent (set_config('pgflow.traceparent', ..., true)); anything else is
+-- ignored, never an error (engine 0016).
 create function pgflow.start_flow(
   flow_slug text, input jsonb, run_id uuid default null, idempotency_key text default null
 )
@@ -18,6 +21,8 @@ declare
   v_run_id uuid := coalesce(run_id, gen_random_uuid());
   v_root_map text;
   v_input_length int;
+  v_traceparent text := substring(current_setting('pgflow.traceparent', true)
+    from '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
 begin
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug) then
@@ -47,10 +52,10 @@ begin
     v_input_length := jsonb_array_length(input);
   end if;
 
-  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key)
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent)
   values (v_run_id, flow_slug, input,
     (select count(*) from pgflow.steps as s where s.flow_slug = start_flow.flow_slug),
-    idempotency_key)
+    idempotency_key, v_traceparent)
   on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing;
   if not found then  -- a concurrent start with this key won: its run is the one
     return query select * from pgflow.runs as r

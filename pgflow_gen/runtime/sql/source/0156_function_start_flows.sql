@@ -6,7 +6,8 @@
 -- condition (one message insert per root step for all runs); otherwise each new run moves
 -- forward as start_flow moves one. An input that is SQL NULL, or not an array where a root map
 -- step maps it, raises naming its position (from 1), and nothing starts.
--- Holds the flow's definition lock shared, as start_flow does.
+-- Holds the flow's definition lock shared, as start_flow does, and keeps the caller's trace
+-- context as start_flow does (engine 0016).
 create function pgflow.start_flows(flow_slug text, inputs jsonb[], idempotency_keys text[] default null)
 returns setof pgflow.runs
 language plpgsql
@@ -25,6 +26,8 @@ declare
   v_new uuid[];
   v_plain boolean;
   v_root record;
+  v_traceparent text := substring(current_setting('pgflow.traceparent', true)
+    from '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
 begin
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
@@ -63,9 +66,10 @@ begin
 
   v_ids := array(select gen_random_uuid() from generate_series(1, v_count));
   with started as (
-    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key)
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent)
     select w.run_id, start_flows.flow_slug, w.input,
-      (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug), w.key
+      (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug), w.key,
+      v_traceparent
     from unnest(v_ids, inputs, coalesce(idempotency_keys, array_fill(null::text, array[v_count])))
       with ordinality as w (run_id, input, key, n)
     order by w.n
