@@ -8,10 +8,12 @@ Every series carries the flow, the step (empty where a message's step is unknown
 The engine's own gauges (queue depth, coverage, runs by status) come from SQL instead
 (`pgflow-gen metrics`, the dashboard's `/metrics`; docs/observability.md).
 
+>>> from prometheus_client import REGISTRY
 >>> metrics = WorkerMetrics("greetUser", "greetuser")
 >>> metrics.claimed("greeting")
 >>> metrics.finished("greeting", "completed", 0.25)
->>> CLAIMED.labels("greetUser", "greeting", "greetuser")._value.get() >= 1
+>>> labels = {"flow": "greetUser", "step": "greeting", "queue": "greetuser"}
+>>> REGISTRY.get_sample_value("pgflow_worker_tasks_claimed_total", labels) >= 1
 True
 """
 
