@@ -141,53 +141,22 @@ async def run_task(
     the handler runs, ended with its outcome.
     """
     with tracing.task_span(task, queue_name, worker_id) as span:
-        report = await _run_task_reported(
-            task, handler, executor=executor, worker_id=worker_id, shutdown=shutdown,
-            logger=logger, database_url=database_url, prepare_threshold=prepare_threshold,
-            root=root, on_abandoned=on_abandoned, check_output=check_output,
-            cancellation=cancellation, not_on=not_on,
-        )  # fmt: skip
+        try:
+            report = await _run_task(
+                task, handler, executor=executor, worker_id=worker_id, shutdown=shutdown,
+                logger=logger, database_url=database_url, prepare_threshold=prepare_threshold,
+                root=root, on_abandoned=on_abandoned, check_output=check_output,
+                cancellation=cancellation or RunCancellation(), not_on=not_on,
+            )  # fmt: skip
+        except Exception as exc:  # the machinery around the handler failed: still a report
+            logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
+                         task.task_index, exc_info=exc)  # fmt: skip
+            report = Report(
+                task, error=f"The worker could not run the handler: {describe_failure(exc)}"
+            )
         outcome = "stopped" if report.discarded else "failed" if report.error else "completed"
         tracing.end_task(span, outcome, report.error)
         return report
-
-
-async def _run_task_reported(
-    task: ClaimedTask,
-    handler: Handler,
-    *,
-    executor: Executor,
-    worker_id: uuid.UUID,
-    shutdown: threading.Event,
-    logger: logging.Logger,
-    database_url: str,
-    prepare_threshold: int | None,
-    root: bool,
-    on_abandoned: Callable[[asyncio.Future[Any]], None] | None,
-    check_output: Callable[[Any], list[str]] | None,
-    cancellation: RunCancellation | None,
-    not_on: Sequence[permanent.NotRetried],
-) -> Report:
-    try:
-        return await _run_task(
-            task,
-            handler,
-            executor=executor,
-            worker_id=worker_id,
-            shutdown=shutdown,
-            logger=logger,
-            database_url=database_url,
-            prepare_threshold=prepare_threshold,
-            root=root,
-            on_abandoned=on_abandoned,
-            check_output=check_output,
-            cancellation=cancellation or RunCancellation(),
-            not_on=not_on,
-        )
-    except Exception as exc:  # the machinery around the handler failed: still a report
-        logger.error("running task %s/%s[%d] failed", task.run_id, task.step_slug,
-                     task.task_index, exc_info=exc)  # fmt: skip
-        return Report(task, error=f"The worker could not run the handler: {describe_failure(exc)}")
 
 
 async def _run_task(

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Db, Workers
+from tests.e2e.harness import PROJECT, Db, Workers
+
+PLAIN_MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
 
 
 @pytest.fixture
@@ -20,3 +22,10 @@ def db(db_url: str) -> Iterator[Db]:
     database = Db(db_url)
     yield database
     database.close()
+
+
+@pytest.fixture
+def plain(db: Db) -> Db:
+    """The test database with e2ePlain compiled by its generated migration."""
+    db.conn.execute(PLAIN_MIGRATION.read_text())
+    return db

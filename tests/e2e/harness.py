@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 
+from pgflow_gen import cli
 from tests.engine import Engine
 
 PROJECT = Path(__file__).parent / "project"
@@ -183,3 +185,11 @@ def answered(db_url: str, answer: str, *args: str) -> tuple[int, str]:
         seen += chunk
     os.close(controller)
     return code, seen.decode().replace("\r\n", "\n")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:
+    """`pgflow-gen ARGS... --database-url DB_URL` in this process: its exit status, stdout and
+    stderr (`capsys` is pytest's fixture)."""
+    code = cli.main([*args, "--database-url", db_url])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -8,22 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgflow_gen import cli
-from tests.e2e.harness import PROJECT, Db
-
-MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:
-    code = cli.main([*args, "--database-url", db_url])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-@pytest.fixture
-def plain(db: Db) -> Db:
-    db.conn.execute(MIGRATION.read_text())
-    return db
+from tests.e2e.harness import Db, run_cli
 
 
 def jsonl(tmp_path: Path, *lines: str) -> str:
