@@ -1,6 +1,6 @@
 """The dashboard's server time per page with a large history: RUNS runs of a 3-step chain (by
 default 100,000: 90 % completed, 5 % failed, 4 % started, 1 % cancelled, written set-based as
-the engine leaves them, over the last two hours), a second, step-queued flow with queued work,
+the engine leaves them, with their tasks and their archived messages, over the last two hours), a second, step-queued flow with queued work,
 and a few workers; then every page fetched REPEAT times from `pgflow-gen dashboard` running in
 its own process, its server time read from the `Server-Timing` header the dashboard sets (the
 time from the request reaching the application to its response), with the round trip beside it.
@@ -93,6 +93,18 @@ def write_runs(url: str, runs: int) -> float:
             from pgflow.step_states as ss
             join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
             where ss.status <> 'created'
+            """
+        )
+        # Their messages, archived when they finished, as the engine leaves them.
+        conn.execute(
+            """
+            insert into pgmq.a_benchchain (msg_id, read_ct, enqueued_at, archived_at, vt, message)
+            select row_number() over (order by t.queued_at), 1, t.queued_at,
+              coalesce(t.completed_at, t.failed_at, r.cancelled_at, t.queued_at), t.queued_at,
+              jsonb_build_object('flow_slug', t.flow_slug, 'run_id', t.run_id,
+                'step_slug', t.step_slug, 'task_index', t.task_index)
+            from pgflow.step_tasks as t join pgflow.runs as r on r.run_id = t.run_id
+            where t.status in ('completed', 'failed', 'cancelled')
             """
         )
         conn.execute("vacuum analyze")

@@ -50,7 +50,6 @@ class Route:
     running: int
     last_claim_at: datetime.datetime | None
     oldest_queued_at: datetime.datetime | None
-    came_last_minute: int
     went_last_minute: int
     depth: int | None = None
     visible: int | None = None
@@ -59,10 +58,10 @@ class Route:
 
     @property
     def growing(self) -> bool:
-        """More tasks of the step were queued than finished in the last minute, and its oldest
-        waiting task has waited for BACKLOG_AGE_S or longer (a task that just came is no
-        backlog)."""
-        if self.oldest_queued_at is None or self.came_last_minute <= self.went_last_minute:
+        """The step falls behind: its oldest waiting task has waited for BACKLOG_AGE_S or longer
+        (one that just came is no backlog), and more of its tasks wait than finished in the
+        last minute (at its pace it cannot clear them within a minute)."""
+        if self.oldest_queued_at is None or self.queued <= self.went_last_minute:
             return False
         waited = datetime.datetime.now(datetime.UTC) - self.oldest_queued_at
         return waited.total_seconds() >= BACKLOG_AGE_S
@@ -171,6 +170,16 @@ class RunsPage:
     newer: str | None  # the cursor of the page before (newer runs), if there is one
 
 
+def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The first and the last run id that start with `prefix` (hex digits, dashes ignored).
+
+    >>> id_range("0b6f-1")
+    (UUID('0b6f1000-0000-0000-0000-000000000000'), UUID('0b6f1fff-ffff-ffff-ffff-ffffffffffff'))
+    """
+    digits = prefix.replace("-", "").lower()[:32]
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def cursor(row: RunRow) -> str:
     """The keyset position of a run in the list (its start time and id), opaque in a URL."""
     raw = f"{row.started_at.isoformat()}|{row.run_id}"
@@ -199,10 +208,12 @@ async def runs_page(
     size: int = PAGE_SIZE,
 ) -> RunsPage:
     """One page of runs, newest first, after (older than) or before (newer than) a cursor."""
+    low, high = id_range(run_filter.search) if run_filter.search else (None, None)
     params: dict[str, Any] = {
         "flow": run_filter.flow,
         "status": run_filter.status,
-        "prefix": run_filter.search.lower() if run_filter.search else None,
+        "low": low,
+        "high": high,
         "at": None,
         "id": None,
         "limit": size + 1,

@@ -3,8 +3,10 @@ psycopg accepts as a query); parameters are always bound, never formatted in.
 
 The pages read the engine's tables and PGMQ's queue metrics directly: nothing here writes, except
 the actions (through the engine's own functions) and their record in `pgflow.operator_actions`.
-The costs that grow with the history (a scan of `runs` or `step_tasks`) are measured with
-100,000 runs in `benchmarks/dashboard.py`.
+What the pages read about tasks comes from the runs under way (the runs' status index finds
+them) and from the queues' archives (their archived_at index), never from a scan of the tasks
+table, whose history grows with every run; `benchmarks/dashboard.py` times every page with
+100,000 runs.
 """
 
 from __future__ import annotations
@@ -31,41 +33,45 @@ FLOWS: Final[LiteralString] = (
     " ) as r using (flow_slug)"
     " order by f.flow_slug"
 )
-#: () -> tasks that finished (completed or failed) per flow and minute of the last hour
-#: (minute 0 is the current one).
+#: () -> tasks that finished (left their queue: completed, failed, skipped or cancelled) per
+#: flow and minute of the last hour (minute 0 is the current one), from the queues' archives.
 TASKS_PER_MINUTE: Final[LiteralString] = (
-    "select flow_slug,"
-    " floor(extract(epoch from now() - coalesce(completed_at, failed_at)) / 60)::int as minute,"
-    " count(*)::int as tasks"
-    " from pgflow.step_tasks"
-    " where coalesce(completed_at, failed_at) > now() - interval '1 hour'"
+    "select s.flow_slug,"
+    " floor(extract(epoch from date_trunc('minute', now()) - f.minute) / 60)::int as minute,"
+    " sum(f.tasks)::int as tasks"
+    " from pgflow.finished_tasks(interval '1 hour') as f"
+    " join pgflow.steps as s on s.queue_name = f.queue_name and s.step_slug = f.step_slug"
     " group by 1, 2"
 )
 
 # -- queues --------------------------------------------------------------------------------------
-#: (freshness seconds) -> every step route (signal steps have none): its live workers, pause,
-#: the tasks of the step waiting (and since when the oldest waits) and running, its last claim,
-#: and tasks queued and finished in the last minute.
+#: (freshness seconds) -> every step route (signal steps have none): its live workers and
+#: pause; the tasks of the step waiting (and since when the oldest waits) and running, and its
+#: last claim, among the runs under way (found by the runs' status index, so the history costs
+#: nothing); and its tasks that finished in the last minute (from the queue's archive).
 ROUTES: Final[LiteralString] = (
-    "select c.flow_slug, c.step_slug, c.step_index, c.queue_name, c.live_workers, c.covered,"
+    "with active as ("
+    "   select t.flow_slug, t.step_slug,"
+    "     count(*) filter (where t.status = 'queued') as queued,"
+    "     count(*) filter (where t.status = 'started') as running,"
+    "     max(t.started_at) as last_claim_at,"
+    "     min(t.queued_at) filter (where t.status = 'queued') as oldest_queued_at"
+    "   from pgflow.runs as r join pgflow.step_tasks as t on t.run_id = r.run_id"
+    "   where r.status = 'started'"
+    "   group by t.flow_slug, t.step_slug"
+    " ), went as ("
+    "   select f.queue_name, f.step_slug, sum(f.tasks) as tasks"
+    "   from pgflow.finished_tasks(interval '1 minute') as f group by 1, 2"
+    " )"
+    " select c.flow_slug, c.step_slug, c.step_index, c.queue_name, c.live_workers, c.covered,"
     " p.reason as pause_reason, p.paused_at, p.flow_slug is not null as paused,"
-    " coalesce(t.queued, 0)::int as queued, coalesce(t.running, 0)::int as running,"
-    " t.last_claim_at, t.oldest_queued_at, coalesce(t.came, 0)::int as came_last_minute,"
-    " coalesce(t.went, 0)::int as went_last_minute"
+    " coalesce(a.queued, 0)::int as queued, coalesce(a.running, 0)::int as running,"
+    " a.last_claim_at, a.oldest_queued_at, coalesce(w.tasks, 0)::int as went_last_minute"
     " from pgflow.queue_coverage(make_interval(secs => %s)) as c"
     " left join pgflow.step_pauses as p"
     "   on p.flow_slug = c.flow_slug and p.step_slug = c.step_slug"
-    " left join ("
-    "   select flow_slug, step_slug,"
-    "     count(*) filter (where status = 'queued') as queued,"
-    "     count(*) filter (where status = 'started') as running,"
-    "     max(started_at) as last_claim_at,"
-    "     min(queued_at) filter (where status = 'queued') as oldest_queued_at,"
-    "     count(*) filter (where queued_at > now() - interval '1 minute') as came,"
-    "     count(*) filter (where coalesce(completed_at, failed_at) > now() - interval '1 minute')"
-    "       as went"
-    "   from pgflow.step_tasks group by flow_slug, step_slug"
-    " ) as t on t.flow_slug = c.flow_slug and t.step_slug = c.step_slug"
+    " left join active as a on a.flow_slug = c.flow_slug and a.step_slug = c.step_slug"
+    " left join went as w on w.queue_name = c.queue_name and w.step_slug = c.step_slug"
     " order by c.flow_slug, c.step_index"
 )
 #: () -> PGMQ's metrics of every queue the engine's steps use: messages in all and visible now,
@@ -98,9 +104,11 @@ WORKERS: Final[LiteralString] = (
 )
 
 # -- runs ----------------------------------------------------------------------------------------
-#: ({flow, status, prefix, at, id, limit}; NULL filters: any) -> one page of runs, newest first,
-#: older than the cursor (at, id) when given (keyset pagination, never OFFSET), each with its
-#: first failed step. Ask for one more than a page to know whether another follows.
+#: ({flow, status, low, high, at, id, limit}; NULL filters: any) -> one page of runs, newest
+#: first, older than the cursor (at, id) when given (keyset pagination, never OFFSET: the index
+#: on start time and id reads one page), each with its first failed step; low and high bound
+#: the run ids that start with a searched prefix (the primary key finds them). Ask for one more
+#: than a page to know whether another follows.
 RUNS_OLDER: Final[LiteralString] = (
     "select page.*, f.step_slug as failed_step from ("
     "   select r.run_id, r.flow_slug, r.status, r.started_at, r.retry_count, r.cancel_reason,"
@@ -108,7 +116,7 @@ RUNS_OLDER: Final[LiteralString] = (
     "   from pgflow.runs as r"
     "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
     "     and (%(status)s::text is null or r.status = %(status)s)"
-    "     and (%(prefix)s::text is null or r.run_id::text like %(prefix)s || '%%')"
+    "     and (%(low)s::uuid is null or r.run_id between %(low)s and %(high)s)"
     "     and (%(at)s::timestamptz is null or (r.started_at, r.run_id) < (%(at)s, %(id)s))"
     "   order by r.started_at desc, r.run_id desc limit %(limit)s"
     " ) as page"
@@ -126,7 +134,7 @@ RUNS_NEWER: Final[LiteralString] = (
     "   from pgflow.runs as r"
     "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
     "     and (%(status)s::text is null or r.status = %(status)s)"
-    "     and (%(prefix)s::text is null or r.run_id::text like %(prefix)s || '%%')"
+    "     and (%(low)s::uuid is null or r.run_id between %(low)s and %(high)s)"
     "     and (r.started_at, r.run_id) > (%(at)s, %(id)s)"
     "   order by r.started_at, r.run_id limit %(limit)s"
     " ) as page"
@@ -226,8 +234,12 @@ STALLED_TASKS: Final[LiteralString] = (
     "   from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
     "   group by 1, 2"
     " ), parked as ("
-    "   select flow_slug, step_slug, count(*) as tasks from pgflow.step_tasks"
-    "   where status = 'started' and permanently_stalled_at is not null group by 1, 2"
+    # A parked task keeps its run started: the runs' status index finds them.
+    "   select t.flow_slug, t.step_slug, count(*) as tasks"
+    "   from pgflow.runs as r join pgflow.step_tasks as t on t.run_id = r.run_id"
+    "   where r.status = 'started' and t.status = 'started'"
+    "     and t.permanently_stalled_at is not null"
+    "   group by 1, 2"
     " )"
     " select s.flow_slug, s.step_slug, s.queue_name, coalesce(st.tasks, 0)::int as stalled,"
     " coalesce(p.tasks, 0)::int as parked"

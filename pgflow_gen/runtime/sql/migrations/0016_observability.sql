@@ -10,6 +10,10 @@
 -- sets it when OpenTelemetry traces the caller), so that workers make its tasks' spans children
 -- of the caller's span. A value that is not a traceparent is ignored. Both functions keep their
 -- signatures, so callers of every release work unchanged.
+--
+-- For the dashboard and metrics, which must not read the whole history: an index on the runs'
+-- start time (the runs list, page by page), and pgflow.finished_tasks(since), the tasks that
+-- left each queue per step and minute, from the queues' archives.
 
 -- What operators did to runs and steps from the dashboard (engine 0016): cancel, retry, pause,
 -- resume, signal; who (the dashboard's actor) and when, written in the action's own transaction
@@ -30,6 +34,9 @@ create index operator_actions_run_id_idx on pgflow.operator_actions (run_id);
 create index operator_actions_flow_slug_idx on pgflow.operator_actions (flow_slug);
 
 alter table pgflow.runs add column traceparent text;
+
+-- The newest runs first, page by page (the dashboard's runs list, keyset on start time and id).
+create index runs_started_at_idx on pgflow.runs (started_at, run_id);
 
 -- Maintenance: deletes finished runs (completed, failed or cancelled before now - retention) with
 -- their step states, tasks, operators' actions and the tasks' messages still in a queue; and, older
@@ -369,5 +376,49 @@ begin
     limit 1
   ) as r
   order by w.n;
+end;
+$$;
+
+-- How many tasks left each queue the engine's flows own, per step and minute, since `since` ago
+-- (engine 0016): a task's message is archived when the task completes, fails for good, is
+-- skipped or cancelled, so the archive tables' archived_at index answers without reading the
+-- tasks table (whose few indexes keep a task's updates cheap). For the dashboard and metrics;
+-- reads only, takes no locks. A queue without an archive table (dropped meanwhile) is left out.
+create function pgflow.finished_tasks(since interval default '1 hour')
+returns table (queue_name text, step_slug text, minute timestamptz, tasks bigint)
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_queue record;
+begin
+  for v_queue in
+    select q.queue_name, min(q.step_slug) as only_step, count(distinct q.step_slug) = 1 as one_step
+    from (
+      select s.queue_name, s.step_slug from pgflow.steps as s where s.step_type <> 'signal'
+      union
+      select pgflow.default_queue_name(f.flow_slug), null from pgflow.flows as f
+      where f.queue_mode = 'flow'
+    ) as q
+    group by q.queue_name
+    order by q.queue_name
+  loop
+    continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue.queue_name, 'a'))) is null;
+    if v_queue.one_step then
+      -- One step uses the queue (step mode): the index alone counts its messages.
+      return query execute format(
+        'select $1, $2, date_trunc(''minute'', a.archived_at), count(*)'
+        ' from pgmq.%I as a where a.archived_at > now() - $3 group by 3',
+        pgflow.pgmq_table_name(v_queue.queue_name, 'a'))
+        using v_queue.queue_name, v_queue.only_step, since;
+    else
+      return query execute format(
+        'select $1, a.message ->> ''step_slug'', date_trunc(''minute'', a.archived_at), count(*)'
+        ' from pgmq.%I as a where a.archived_at > now() - $2 group by 2, 3',
+        pgflow.pgmq_table_name(v_queue.queue_name, 'a'))
+        using v_queue.queue_name, since;
+    end if;
+  end loop;
 end;
 $$;

@@ -28,5 +28,7 @@ create table pgflow.runs (
 
 create index runs_flow_slug_idx on pgflow.runs (flow_slug);
 create index runs_status_idx on pgflow.runs (status);
+-- The newest runs first, page by page (the dashboard's runs list, keyset on start time and id).
+create index runs_started_at_idx on pgflow.runs (started_at, run_id);
 create unique index runs_idempotency_key_idx on pgflow.runs (flow_slug, idempotency_key)
   where idempotency_key is not null;
