@@ -1,9 +1,10 @@
 """The dashboard's server time per page with a large history: RUNS runs of a 3-step chain (by
 default 100,000: 90 % completed, 5 % failed, 4 % started, 1 % cancelled, written set-based as
-the engine leaves them, with their tasks and their archived messages, over the last two hours), a second, step-queued flow with queued work,
-and a few workers; then every page fetched REPEAT times from `pgflow-gen dashboard` running in
-its own process, its server time read from the `Server-Timing` header the dashboard sets (the
-time from the request reaching the application to its response), with the round trip beside it.
+the engine leaves them, with their tasks and their archived messages, over the last two
+hours), a second, step-queued flow with queued work, and a few workers; then every page
+fetched REPEAT times from `pgflow-gen dashboard` running in its own process, its server time
+read from the `Server-Timing` header the dashboard sets (the time from the request reaching the
+application to its response), with the round trip beside it.
 
 Pages: the overview, the runs list (first page, filtered by flow, by status, a page deep in the
 list by its cursor, a search by id prefix), a run (a failed one), a step's whole output,
