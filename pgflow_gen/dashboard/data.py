@@ -51,6 +51,7 @@ class Route:
     last_claim_at: datetime.datetime | None
     oldest_queued_at: datetime.datetime | None
     went_last_minute: int
+    parked: int
     depth: int | None = None
     visible: int | None = None
     oldest_age_s: int | None = None

@@ -104,10 +104,11 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "Tasks requeued too often by stall recovery and left for an operator.",
         labels=ROUTE_LABELS,
     )
-    for row in snap.stalled:
-        labels = [row["flow_slug"], row["step_slug"], row["queue_name"]]
-        stalled.add_metric(labels, row["stalled"])
-        parked.add_metric(labels, row["parked"])
+    counted = {(row["flow_slug"], row["step_slug"]): row["stalled"] for row in snap.stalled}
+    for route in snap.routes:
+        labels = [route.flow_slug, route.step_slug, route.queue_name]
+        stalled.add_metric(labels, counted.get((route.flow_slug, route.step_slug), 0))
+        parked.add_metric(labels, route.parked)
     yield from (stalled, parked)
 
     runs = GaugeMetricFamily(

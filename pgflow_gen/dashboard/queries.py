@@ -13,6 +13,15 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+#: Joins each run of `r` to its tasks by the tasks' primary key, one run at a time (`offset 0`
+#: keeps the planner from hashing the whole tasks table instead, as it would for a few thousand
+#: runs: the history would then cost every page).
+_TASKS_OF_EACH_RUN: Final[LiteralString] = (
+    " cross join lateral ("
+    "   select x.* from pgflow.step_tasks as x where x.run_id = r.run_id offset 0"
+    " ) as t"
+)
+
 # -- overview ------------------------------------------------------------------------------------
 #: () -> each flow with its runs started in the last hour (and any still running) by status.
 FLOWS: Final[LiteralString] = (
@@ -39,25 +48,29 @@ TASKS_PER_MINUTE: Final[LiteralString] = (
     "select s.flow_slug,"
     " floor(extract(epoch from date_trunc('minute', now()) - f.minute) / 60)::int as minute,"
     " sum(f.tasks)::int as tasks"
-    " from pgflow.finished_tasks(interval '1 hour') as f"
-    " join pgflow.steps as s on s.queue_name = f.queue_name and s.step_slug = f.step_slug"
+    " from pgflow.finished_tasks(interval '1 hour', by_step => false) as f"
+    " join (select distinct queue_name, flow_slug from pgflow.steps) as s"
+    "   on s.queue_name = f.queue_name"
     " group by 1, 2"
 )
 
 # -- queues --------------------------------------------------------------------------------------
 #: (freshness seconds) -> every step route (signal steps have none): its live workers and
-#: pause; the tasks of the step waiting (and since when the oldest waits) and running, and its
-#: last claim, among the runs under way (found by the runs' status index, so the history costs
-#: nothing); and its tasks that finished in the last minute (from the queue's archive).
+#: pause; the tasks of the step waiting (and since when the oldest waits), running and parked,
+#: and its last claim, among the runs under way (found by the runs' status index, so the
+#: history costs nothing); and its tasks that finished in the last minute (from the queue's
+#: archive).
 ROUTES: Final[LiteralString] = (
     "with active as ("
     "   select t.flow_slug, t.step_slug,"
     "     count(*) filter (where t.status = 'queued') as queued,"
     "     count(*) filter (where t.status = 'started') as running,"
     "     max(t.started_at) as last_claim_at,"
-    "     min(t.queued_at) filter (where t.status = 'queued') as oldest_queued_at"
-    "   from pgflow.runs as r join pgflow.step_tasks as t on t.run_id = r.run_id"
-    "   where r.status = 'started'"
+    "     min(t.queued_at) filter (where t.status = 'queued') as oldest_queued_at,"
+    # A parked task (requeued too often by stall recovery) keeps its run started.
+    "     count(*) filter (where t.status = 'started' and t.permanently_stalled_at is not null)"
+    "       as parked"
+    "   from pgflow.runs as r" + _TASKS_OF_EACH_RUN + "   where r.status = 'started'"
     "   group by t.flow_slug, t.step_slug"
     " ), went as ("
     "   select f.queue_name, f.step_slug, sum(f.tasks) as tasks"
@@ -66,7 +79,8 @@ ROUTES: Final[LiteralString] = (
     " select c.flow_slug, c.step_slug, c.step_index, c.queue_name, c.live_workers, c.covered,"
     " p.reason as pause_reason, p.paused_at, p.flow_slug is not null as paused,"
     " coalesce(a.queued, 0)::int as queued, coalesce(a.running, 0)::int as running,"
-    " a.last_claim_at, a.oldest_queued_at, coalesce(w.tasks, 0)::int as went_last_minute"
+    " a.last_claim_at, a.oldest_queued_at, coalesce(w.tasks, 0)::int as went_last_minute,"
+    " coalesce(a.parked, 0)::int as parked"
     " from pgflow.queue_coverage(make_interval(secs => %s)) as c"
     " left join pgflow.step_pauses as p"
     "   on p.flow_slug = c.flow_slug and p.step_slug = c.step_slug"
@@ -227,27 +241,11 @@ RUNS_BY_STATUS: Final[LiteralString] = (
     "select flow_slug, status, count(*)::int as runs from pgflow.runs group by 1, 2 order by 1, 2"
 )
 #: () -> tasks that stall recovery would take now (their worker is gone or their lease ran
-#: out), and parked ones (requeued too often), by flow and step.
+#: out), by flow and step (the engine's own rule, pgflow.find_stalled_tasks).
 STALLED_TASKS: Final[LiteralString] = (
-    "with stalled as ("
-    "   select r.flow_slug, x.step_slug, count(*) as tasks"
-    "   from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
-    "   group by 1, 2"
-    " ), parked as ("
-    # A parked task keeps its run started: the runs' status index finds them.
-    "   select t.flow_slug, t.step_slug, count(*) as tasks"
-    "   from pgflow.runs as r join pgflow.step_tasks as t on t.run_id = r.run_id"
-    "   where r.status = 'started' and t.status = 'started'"
-    "     and t.permanently_stalled_at is not null"
-    "   group by 1, 2"
-    " )"
-    " select s.flow_slug, s.step_slug, s.queue_name, coalesce(st.tasks, 0)::int as stalled,"
-    " coalesce(p.tasks, 0)::int as parked"
-    " from pgflow.steps as s"
-    " left join stalled as st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug"
-    " left join parked as p on p.flow_slug = s.flow_slug and p.step_slug = s.step_slug"
-    " where s.step_type <> 'signal'"
-    " order by s.flow_slug, s.step_index"
+    "select r.flow_slug, x.step_slug, count(*)::int as stalled"
+    " from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
+    " group by 1, 2"
 )
 #: () -> workers by flow, step, queue and state (the liveness rule's).
 WORKER_STATES: Final[LiteralString] = (

@@ -379,12 +379,14 @@ begin
 end;
 $$;
 
--- How many tasks left each queue the engine's flows own, per step and minute, since `since` ago
--- (engine 0016): a task's message is archived when the task completes, fails for good, is
--- skipped or cancelled, so the archive tables' archived_at index answers without reading the
--- tasks table (whose few indexes keep a task's updates cheap). For the dashboard and metrics;
--- reads only, takes no locks. A queue without an archive table (dropped meanwhile) is left out.
-create function pgflow.finished_tasks(since interval default '1 hour')
+-- How many tasks left each queue the engine's flows own since `since` ago, per minute, and per
+-- step unless by_step is false (engine 0016): a task's message is archived when the task
+-- completes, fails for good, is skipped or cancelled, so the archive tables' archived_at index
+-- answers without reading the tasks table (whose few indexes keep a task's updates cheap).
+-- Where one step uses the queue (step mode), or by_step is false, the index alone counts; a
+-- flow-mode queue's steps are read from the messages. For the dashboard and metrics; reads only,
+-- takes no locks. A queue without an archive table (dropped meanwhile) is left out.
+create function pgflow.finished_tasks(since interval default '1 hour', by_step boolean default true)
 returns table (queue_name text, step_slug text, minute timestamptz, tasks bigint)
 language plpgsql
 stable
@@ -405,13 +407,12 @@ begin
     order by q.queue_name
   loop
     continue when to_regclass(format('pgmq.%I', pgflow.pgmq_table_name(v_queue.queue_name, 'a'))) is null;
-    if v_queue.one_step then
-      -- One step uses the queue (step mode): the index alone counts its messages.
+    if v_queue.one_step or not by_step then
       return query execute format(
         'select $1, $2, date_trunc(''minute'', a.archived_at), count(*)'
         ' from pgmq.%I as a where a.archived_at > now() - $3 group by 3',
         pgflow.pgmq_table_name(v_queue.queue_name, 'a'))
-        using v_queue.queue_name, v_queue.only_step, since;
+        using v_queue.queue_name, case when by_step then v_queue.only_step end, since;
     else
       return query execute format(
         'select $1, a.message ->> ''step_slug'', date_trunc(''minute'', a.archived_at), count(*)'
