@@ -62,39 +62,57 @@ IGNORED = Counter(
 
 
 @dataclass
+class _StepSeries:
+    """One step's series of a worker, looked up once (a lookup by labels costs several times
+    the increment)."""
+
+    claimed: Any
+    in_flight: Any
+    ignored: Any
+    outcomes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass
 class WorkerMetrics:
-    """One worker's view of the metrics above: its flow and queue bound, each step's series
-    looked up once (a lookup by labels costs more than the increment)."""
+    """One worker's view of the metrics above, its flow and queue bound. A task costs it about
+    3 us (measured: the series' own locks and the histogram's buckets, most of it)."""
 
     flow_slug: str
     queue_name: str
-    _children: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+    _steps: dict[str, _StepSeries] = field(default_factory=dict, repr=False)
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+    def _step(self, step_slug: str) -> _StepSeries:
+        series = self._steps.get(step_slug)
+        if series is None:
+            labels = (self.flow_slug, step_slug, self.queue_name)
+            series = self._steps[step_slug] = _StepSeries(
+                CLAIMED.labels(*labels), IN_FLIGHT.labels(*labels), IGNORED.labels(*labels)
+            )
+        return series
 
     def claimed(self, step_slug: str) -> None:
-        self._child(CLAIMED, self.flow_slug, step_slug, self.queue_name).inc()
-        self._child(IN_FLIGHT, self.flow_slug, step_slug, self.queue_name).inc()
+        series = self._step(step_slug)
+        series.claimed.inc()
+        series.in_flight.inc()
 
     def finished(self, step_slug: str, outcome: str, seconds: float) -> None:
-        self._child(IN_FLIGHT, self.flow_slug, step_slug, self.queue_name).dec()
-        labels = (self.flow_slug, step_slug, self.queue_name, outcome)
-        self._child(FINISHED, *labels).inc()
-        self._child(DURATION, *labels).observe(seconds)
+        series = self._step(step_slug)
+        series.in_flight.dec()
+        pair = series.outcomes.get(outcome)
+        if pair is None:
+            labels = (self.flow_slug, step_slug, self.queue_name, outcome)
+            pair = series.outcomes[outcome] = (FINISHED.labels(*labels), DURATION.labels(*labels))
+        pair[0].inc()
+        pair[1].observe(seconds)
 
     def reconnected(self, purpose: str) -> None:
-        self._child(RECONNECTS, self.flow_slug, self.queue_name, purpose).inc()
+        RECONNECTS.labels(self.flow_slug, self.queue_name, purpose).inc()  # rare
 
     def unclaimed(self, count: int) -> None:
-        self._child(UNCLAIMED, self.flow_slug, self.queue_name).inc(count)
+        UNCLAIMED.labels(self.flow_slug, self.queue_name).inc(count)  # rare
 
     def ignored(self, step_slug: str) -> None:
-        self._child(IGNORED, self.flow_slug, step_slug, self.queue_name).inc()
+        self._step(step_slug).ignored.inc()
 
 
 #: The servers this process runs: (host, port) -> (server, its thread, how many workers use it).

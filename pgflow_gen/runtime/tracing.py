@@ -15,6 +15,7 @@ Without the extra installed every function here is a no-op.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -29,15 +30,25 @@ if TYPE_CHECKING:
     from pgflow_gen.runtime.task_runner import ClaimedTask
 
 TRACER_NAME = "pgflow_gen"
+RECHECK_S = 1.0
 _SAMPLED = 0x01
+#: [whether a tracer provider was set, until when (monotonic) that answer holds].
+_checked: list[Any] = [False, 0.0]
 
 
 def enabled() -> bool:
-    """Whether an application set a tracer provider (spans would be recorded somewhere)."""
+    """Whether an application set a tracer provider (spans would be recorded somewhere). Looked
+    up at most once a second (a lookup costs more than the rest of a task's tracing checks); a
+    provider set later is seen within the second."""
     if trace is None:
         return False
+    now = time.monotonic()
+    if now < _checked[1]:
+        return bool(_checked[0])
     provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    found = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    _checked[:] = [found, now + RECHECK_S]
+    return found
 
 
 def traceparent() -> str | None:
