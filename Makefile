@@ -39,8 +39,10 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two processes, a test file each at a time (each with its own embedded server): the suite
+# waits on databases and worker processes more than it computes, so this halves it on 2 cores.
 pytest: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 ## bench: engine throughput next to raw PGMQ (not part of `make test`)
 bench: venv
