@@ -59,10 +59,14 @@ class Engine:
         steps: list[dict[str, Any]],
         mode: str = "step",
         route_map: Any = "derive",
+        options: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """ensure_flow_compiled with a shape built from short step dicts ({slug, deps?, ...});
-        the route map is derived with derive_queue_routes unless given."""
-        shape = {"steps": [shape_step(**step) for step in steps]}
+        the route map is derived with derive_queue_routes unless given. With the flow's
+        `options` the shape is a described one, as generated code sends: its options apply."""
+        shape: dict[str, Any] = {"steps": [shape_step(**step) for step in steps]}
+        if options is not None:
+            shape["options"] = options
         if route_map == "derive":
             route_map = [
                 {"stepSlug": r["step_slug"], "queueName": r["queue_name"]}

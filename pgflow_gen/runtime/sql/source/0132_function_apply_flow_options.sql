@@ -3,8 +3,10 @@
 -- with no recompile. A shape without top-level "options" (a hand-written one) changes no option,
 -- the steps' neither; otherwise a step without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
 -- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
--- claimed before keep the timeout of their claim. Called by _adopt_flow_description under the
--- flow's definition lock.
+-- claimed before keep the timeout of their claim. Since engine 0017 a step's options may hold its
+-- limits (maxInFlight, rateLimit, ratePeriod; pgflow.step_limits): a step that has some gets
+-- exactly those (set by the spec), a step without loses the ones a spec set before, and keeps
+-- the ones an operator set. Called by _adopt_flow_description under the flow's definition lock.
 create function pgflow._apply_flow_options(flow_slug text, shape jsonb)
 returns jsonb
 language plpgsql
@@ -39,12 +41,36 @@ begin
         array[(e.step #>> '{options,maxAttempts}')::int, (e.step #>> '{options,baseDelay}')::int,
               (e.step #>> '{options,timeout}')::int, (e.step #>> '{options,startDelay}')::int]
       ) with ordinality as o (option, current, wanted, ord)
+  ),
+  limited as (
+    -- Limits: the spec's where it sets some, none where it sets none over a spec's, else as they are.
+    select s.step_slug, s.step_index, o.option, 4 + o.ord as ord, o.current,
+      case
+        when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then o.declared
+        when l.set_by = 'spec' then null
+        else o.current
+      end as wanted
+    from jsonb_array_elements(shape -> 'steps') as e (step)
+    join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug'
+    left join pgflow.step_limits as l on l.flow_slug = s.flow_slug and l.step_slug = s.step_slug,
+      unnest(
+        array['maxInFlight', 'rateLimit', 'ratePeriod'],
+        array[l.max_in_flight, l.rate_limit, l.rate_period_s],
+        array[(e.step #>> '{options,maxInFlight}')::int, (e.step #>> '{options,rateLimit}')::int,
+              (e.step #>> '{options,ratePeriod}')::int]
+      ) with ordinality as o (option, current, declared, ord)
   )
   select jsonb_agg(jsonb_build_object('step', w.step_slug, 'option', w.option, 'from', w.current, 'to', w.wanted)
       order by w.step_index, w.ord)
   into v_changes
-  from wanted as w
+  from (select * from wanted union all select * from limited) as w
   where w.current is distinct from w.wanted;
+
+  -- A spec that limits a step owns its limits, even when they are the ones an operator set.
+  update pgflow.step_limits as l set set_by = 'spec'
+  from jsonb_array_elements(shape -> 'steps') as e (step)
+  where l.flow_slug = _apply_flow_options.flow_slug and l.step_slug = e.step ->> 'slug'
+    and e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] and l.set_by <> 'spec';
   if v_changes is null then
     return '[]'::jsonb;
   end if;
@@ -61,6 +87,14 @@ begin
     opt_start_delay = (e.step #>> '{options,startDelay}')::int
   from jsonb_array_elements(shape -> 'steps') as e (step)
   where s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug';
+  perform pgflow._put_step_limits(flow_slug, c.step,
+    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,maxInFlight}')::int end,
+    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,rateLimit}')::int end,
+    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,ratePeriod}')::int end,
+    'spec')
+  from (select distinct x ->> 'step' as slug from jsonb_array_elements(v_changes) as x
+        where x ->> 'option' in ('maxInFlight', 'rateLimit', 'ratePeriod')) as c (step)
+  join jsonb_array_elements(shape -> 'steps') as e (step) on e.step ->> 'slug' = c.step;
 
   perform pg_notify('pgflow_flows', jsonb_build_object(
     'event', 'flow:options_updated', 'flow_slug', flow_slug, 'changes', v_changes

@@ -5,7 +5,8 @@
 -- The selector follows the flow's queue mode (pgflow._claim_route): a step-queued flow claims only
 -- tasks of step_slug, which must name a step exactly and queue_name its exact route; a flow-mode
 -- flow takes no step. A wrong selector raises before anything changes. The claim itself, its
--- locks, held messages of paused steps and archived orphans are pgflow._claim_messages's.
+-- locks, held messages of paused steps, limited steps (engine 0017) and archived orphans are
+-- pgflow._claim_messages's.
 create function pgflow.claim_tasks(
   flow_slug text,
   msg_ids bigint[],
@@ -26,6 +27,6 @@ begin
     return;
   end if;
   return query select * from pgflow._claim_messages(flow_slug, v_route.queue, worker_id, step_slug,
-    msg_ids, v_route.step_slugs, v_route.timeouts, null);
+    msg_ids, v_route.step_slugs, v_route.timeouts, null, null);
 end;
 $$;

@@ -3,10 +3,14 @@
 -- commit instead of two. The selector follows claim_tasks's rules and is checked before anything
 -- is read. Since engine 0014 it reads with the lease its claims set (the steps' timeout + 2 s,
 -- when they agree), so a claimed message is touched once; a message it read and did not claim
--- (held, archived, foreign, or another claim's) is hidden for vt seconds, as pgmq.read would, and
--- named in a notice (JSON detail: unclaimed_message_ids), after the claim's own notices. When it
+-- (foreign, or another claim's) is hidden for vt seconds, as pgmq.read would (held ones keep
+-- their hold), and named in a notice (JSON detail: unclaimed_message_ids), after the claim's own notices. When it
 -- read fewer than qty, another notice says when the queue's next hidden message shows again
 -- (JSON detail: next_visible_in_s), so that the worker wakes then.
+-- A step-queued flow's step with limits (engine 0017) is read only as far as there is room under
+-- them (pgflow._step_capacity), so messages beyond a limit stay in the queue, untouched and in
+-- order: a notice says so (JSON detail: limited_step, wanted, allowed), and the next-visible
+-- notice then says when to ask again.
 -- Locks as claim_tasks does (task rows before PGMQ rows; pgmq.read skips locked messages), and
 -- holds the read's message locks until it commits (completions archive their own messages, so
 -- none waits for them unless its lease ran out and this read took the message).
@@ -28,13 +32,33 @@ declare
   v_read bigint[];
   v_claimed pgflow.claimed_task[];
   v_unclaimed bigint[];
-  v_rehidden bigint[];
   v_next float8;
+  v_qty int := qty;
+  v_allowed int;
+  v_retry float8;
 begin
   -- GUARD: a wrong selector raises before any message is read (no messages: nothing claimed).
   v_route := pgflow._claim_route(flow_slug, queue_name, step_slug);
-  select coalesce(array_agg(m.msg_id), '{}') into v_read
-  from pgmq.read(v_route.queue, coalesce(v_route.lease, vt), qty) as m;
+  if step_slug is not null and exists (
+    select 1 from pgflow.step_limits as l
+    where l.flow_slug = read_and_claim.flow_slug and l.step_slug = read_and_claim.step_slug
+  ) then
+    select c.allowed, c.retry_in_s into v_allowed, v_retry
+    from pgflow._step_capacity(flow_slug, step_slug) as c;
+    if v_allowed >= qty then
+      v_retry := null;  -- room for all it asks for
+    else
+      v_qty := v_allowed;
+      raise notice 'read_and_claim limited step "%" of flow "%" to % of % task(s).',
+        step_slug, flow_slug, v_qty, qty
+        using detail = jsonb_build_object('limited_step', step_slug, 'wanted', qty, 'allowed', v_qty)::text;
+    end if;
+  end if;
+  v_read := '{}';
+  if v_qty > 0 then
+    select coalesce(array_agg(m.msg_id), '{}') into v_read
+    from pgmq.read(v_route.queue, coalesce(v_route.lease, vt), v_qty) as m;
+  end if;
   -- A worker that read less than it asked for sleeps until a message comes: an insert wakes it,
   -- but nothing tells it when a hidden one (a retry's delay, a start delay, a lease) shows again.
   -- So say when the first of them does, and it sleeps until then rather than a whole poll.
@@ -44,6 +68,9 @@ begin
       ' where q.vt > clock_timestamp() and not (q.msg_id = any ($1))',
       pgflow.pgmq_table_name(v_route.queue))
     into v_next using v_read;
+    if v_retry is not null then
+      v_next := least(v_next, v_retry);  -- no room now: ask again then
+    end if;
     if v_next is not null then
       raise notice 'read_and_claim: the next message of queue "%" is visible in % s.',
         v_route.queue, round(v_next::numeric, 3)
@@ -55,7 +82,7 @@ begin
   end if;
   select coalesce(array_agg(c order by c.msg_id), '{}') into v_claimed
   from pgflow._claim_messages(flow_slug, v_route.queue, worker_id, step_slug, v_read,
-    v_route.step_slugs, v_route.timeouts, v_route.lease) as c;
+    v_route.step_slugs, v_route.timeouts, v_route.lease, vt) as c;
   if cardinality(v_claimed) < cardinality(v_read) then
     v_unclaimed := array(
       select r.id from unnest(v_read) as r (id)
@@ -63,18 +90,6 @@ begin
       select c.msg_id from unnest(v_claimed) as c
       order by 1
     );
-    -- Read with a claim's lease, they are hidden for the read's visibility instead; held
-    -- messages of paused steps keep the minute the claim gave them.
-    if v_route.lease is not null and v_route.lease <> vt then
-      v_rehidden := array(
-        select u.id from unnest(v_unclaimed) as u (id)
-        where not exists (
-          select 1 from pgflow.held_messages as h
-          where h.queue_name = v_route.queue and h.message_id = u.id)
-        order by 1);
-      perform pgflow.set_vt_batch(v_route.queue, v_rehidden,
-        array_fill(vt, array[cardinality(v_rehidden)]));
-    end if;
     raise notice 'read_and_claim left % message(s) of queue "%" unclaimed.',
       cardinality(v_unclaimed), v_route.queue
       using detail = jsonb_build_object('unclaimed_message_ids', to_jsonb(v_unclaimed))::text;

@@ -13,6 +13,13 @@
 -- sight for 60 s at a time and listed in pgflow.held_messages (resume_step shows them again at
 -- once), and a notice names them (JSON detail: held_message_ids), so a worker does not take them
 -- for foreign messages.
+-- Tasks of a step with limits (pgflow.step_limits, engine 0017) are started only as far as
+-- pgflow._step_capacity allows, in message order; the others are held back, using no attempt,
+-- until there is room again (the rate window's next free start, or 1 s), and a notice names them
+-- (JSON detail: limited_message_ids). Each started one takes a slot (pgflow.step_slots).
+-- Messages read with the claim's lease (read_and_claim passes it, with its own read_vt) that it
+-- does not claim are hidden for read_vt seconds instead, as pgmq.read would; held ones keep
+-- their hold.
 -- Its plans are generic (planning its statements for every claim cost more than running them)
 -- and index-driven: a generic plan made while the tables were small would otherwise join the
 -- claimed rows by scanning every task, a cost that grows with the table.
@@ -24,7 +31,8 @@ create function pgflow._claim_messages(
   msg_ids bigint[],
   step_slugs text[],
   timeouts int[],
-  lease int
+  lease int,
+  read_vt int
 )
 returns setof pgflow.claimed_task
 language plpgsql
@@ -48,6 +56,13 @@ declare
   v_heartbeat_at timestamptz;
   v_paused boolean;
   v_held bigint[];
+  v_limited_steps text[];
+  v_limited bigint[];
+  v_limited_holds int[];
+  v_capacity record;
+  v_step text;
+  v_over bigint[];
+  v_rehidden bigint[];
   v_source record;
   v_array jsonb;
   v_elements jsonb[];
@@ -93,6 +108,45 @@ begin
     end if;
   end if;
 
+  -- GUARD: a limited step starts no more tasks than its limits allow; the rest are held back, in
+  -- message order, using no attempt. Limits rows are locked in step order (claims take turns).
+  if exists (select 1 from pgflow.step_limits as l where l.flow_slug = _claim_messages.flow_slug) then
+    for v_step in
+      select l.step_slug from pgflow.step_limits as l
+      where l.flow_slug = _claim_messages.flow_slug
+        and (_claim_messages.step_slug is null or l.step_slug = _claim_messages.step_slug)
+        and not exists (
+          select 1 from pgflow.step_pauses as p
+          where p.flow_slug = l.flow_slug and p.step_slug = l.step_slug
+        )
+        and exists (
+          select 1 from pgflow.step_tasks as t
+          where t.message_id = any (_claim_messages.msg_ids) and t.queue_name = _claim_messages.queue_name
+            and t.flow_slug = l.flow_slug and t.step_slug = l.step_slug and t.status = 'queued'
+        )
+      order by l.step_slug
+    loop
+      select * into v_capacity from pgflow._step_capacity(flow_slug, v_step);
+      continue when v_capacity.allowed is null;  -- its limits were cleared meanwhile
+      v_limited_steps := v_limited_steps || v_step;
+      v_over := array(
+        select t.message_id from pgflow.step_tasks as t
+        where t.message_id = any (_claim_messages.msg_ids) and t.queue_name = _claim_messages.queue_name
+          and t.flow_slug = _claim_messages.flow_slug and t.step_slug = v_step and t.status = 'queued'
+        order by t.message_id
+        offset v_capacity.allowed);
+      v_limited := coalesce(v_limited, '{}') || v_over;
+      v_limited_holds := coalesce(v_limited_holds, '{}')
+        || array_fill(greatest(1, ceil(coalesce(v_capacity.retry_in_s, 1)))::int, array[cardinality(v_over)]);
+    end loop;
+    if cardinality(v_limited) > 0 then
+      perform pgflow.set_vt_batch(queue_name, v_limited, v_limited_holds);
+      raise notice 'claim_tasks limited % message(s) of queue "%": their steps are at a limit.',
+        cardinality(v_limited), queue_name
+        using detail = jsonb_build_object('limited_message_ids', to_jsonb(v_limited))::text;
+    end if;
+  end if;
+
   -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
   -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
   with candidates as (
@@ -105,6 +159,7 @@ begin
         select 1 from pgflow.step_pauses as p
         where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug
       ))
+      and not (t.message_id = any (coalesce(v_limited, '{}')))
     order by t.run_id, t.step_slug, t.task_index
     for update skip locked
   ),
@@ -152,8 +207,26 @@ begin
       cardinality(v_orphans), queue_name
       using detail = jsonb_build_object('archived_message_ids', to_jsonb(v_orphans))::text;
   end if;
+  -- Read with the claim's lease, what it did not claim is hidden for the read's visibility instead;
+  -- what it held (a paused step's, a limited step's) keeps its hold, what it archived is gone.
+  if lease is not null and lease <> read_vt
+     and cardinality(msg_ids) > coalesce(cardinality(v_message_ids), 0) then
+    v_rehidden := array(
+      select m.id from unnest(msg_ids) as m (id)
+      except
+      select u.id from unnest(coalesce(v_message_ids, '{}') || coalesce(v_held, '{}')
+        || coalesce(v_limited, '{}') || coalesce(v_orphans, '{}')) as u (id)
+      order by 1);
+    perform pgflow.set_vt_batch(queue_name, v_rehidden, array_fill(read_vt, array[cardinality(v_rehidden)]));
+  end if;
   if v_message_ids is null then
     return;
+  end if;
+  if v_limited_steps is not null then
+    insert into pgflow.step_slots (flow_slug, step_slug, run_id, task_index, attempt, started_at)
+    select _claim_messages.flow_slug, c.step_slug, c.run_id, c.task_index, c.attempt, clock_timestamp()
+    from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_attempts) as c (run_id, step_slug, task_index, attempt)
+    where c.step_slug = any (v_limited_steps);
   end if;
 
   -- GUARD: the lease must be in place before any task is returned, or the claim is undone. The
