@@ -25,10 +25,14 @@ def step(
     base_delay: int | None = None,
     timeout: int | None = None,
     start_delay: int | None = None,
+    max_in_flight: int | None = None,
+    rate_limit: int | None = None,
+    rate_period: int | None = None,
     payload_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One step of the shape; options only when set (they are not compared), and a signal
-    step's payload schema (stored with the flow since engine 0011, not compared)."""
+    """One step of the shape; options only when set (they are not compared), its limits among
+    them (engine 0017), and a signal step's payload schema (stored with the flow since engine
+    0011, not compared)."""
     options = {
         key: value
         for key, value in (
@@ -36,6 +40,9 @@ def step(
             ("baseDelay", base_delay),
             ("timeout", timeout),
             ("startDelay", start_delay),
+            ("maxInFlight", max_in_flight),
+            ("rateLimit", rate_limit),
+            ("ratePeriod", rate_period),
         )
         if value is not None
     }

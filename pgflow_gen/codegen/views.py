@@ -490,6 +490,9 @@ def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str
         base_delay=options.get("base_delay"),
         timeout=options.get("timeout"),
         start_delay=options.get("start_delay"),
+        max_in_flight=options.get("max_in_flight"),
+        rate_limit=options.get("rate_limit"),
+        rate_period=options.get("rate_period"),
         payload_schema=None if step.signal is None else _schema(step.signal.payload) or {},
     )
 

@@ -67,6 +67,11 @@ class StepOptions:
     start_delay: int | None = None
     #: None: the flow's `retry_not_on`.
     retry_not_on: tuple[str, ...] | None = None
+    #: The step's limits, enforced by the engine across every worker (engine 0017): tasks
+    #: started at once, and task starts in any `rate_period` seconds. None: no limit.
+    max_in_flight: int | None = None
+    rate_limit: int | None = None
+    rate_period: int | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,9 @@ class Step:
             base_delay=self.options.base_delay,
             timeout=self.options.timeout,
             start_delay=self.options.start_delay,
+            max_in_flight=self.options.max_in_flight,
+            rate_limit=self.options.rate_limit,
+            rate_period=self.options.rate_period,
             # Always for a signal step ({}: any JSON), so that a schema removed from the spec
             # is removed from the database too.
             payload_schema=(self.payload_schema or {}) if self.is_signal else None,

@@ -90,8 +90,21 @@ class FlowOptions(_Strict):
     retry: RetryOptions | None = None
 
 
+class RateLimit(_Strict):
+    """At most `count` task starts of the step in any `per` seconds, across every worker."""
+
+    count: int = Field(
+        ge=1,
+        le=MAX_INT,
+        description="Task starts in any window: each attempt of a task, and each element of a"
+        " map step, is a start.",
+    )
+    per: int = Field(ge=1, le=MAX_INT, description="The window, in seconds.")
+
+
 class StepOptions(_Strict):
-    """Per-step overrides of the flow options."""
+    """Per-step overrides of the flow options, and the step's limits (enforced by the engine
+    across every worker; `pgflow-gen limits` changes them live)."""
 
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_INT)
     base_delay: int | None = Field(default=None, ge=1, le=MAX_INT)
@@ -100,10 +113,29 @@ class StepOptions(_Strict):
         default=None, ge=0, le=MAX_INT, description="Delay of the first attempt, s."
     )
     retry: RetryOptions | None = Field(default=None, description="Replaces the flow's retry.")
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT,
+        description="At most this many of the step's tasks run at once, across every worker;"
+        " the others wait in the queue, using no attempt.",
+    )
+    rate_limit: RateLimit | None = Field(
+        default=None,
+        description="At most `count` task starts in any `per` seconds, across every worker;"
+        " the others wait, using no attempt.",
+    )
 
     def engine_options(self) -> dict[str, int | None]:
-        """The options the engine keeps per step (retry is the worker's)."""
-        return self.model_dump(include={"max_attempts", "base_delay", "timeout", "start_delay"})
+        """The options the engine keeps per step (retry is the worker's), its limits flat:
+        max_in_flight, rate_limit (the count) and rate_period (seconds)."""
+        options: dict[str, int | None] = self.model_dump(
+            include={"max_attempts", "base_delay", "timeout", "start_delay", "max_in_flight"}
+        )
+        rate = self.rate_limit
+        options["rate_limit"] = None if rate is None else rate.count
+        options["rate_period"] = None if rate is None else rate.per
+        return options
 
 
 class SignalSpec(_Strict):
