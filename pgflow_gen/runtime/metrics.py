@@ -1,8 +1,9 @@
 """A worker's Prometheus metrics: what it claimed, how its handlers ended and how long they
-took, what it holds in flight, and the trouble it met (reconnects, messages it could not claim,
-results the engine ignored). They live in prometheus_client's default registry, so a worker
-embedded in an application shows them beside the application's own; with the `metrics_port`
-setting (`--metrics-port`, `PGFLOW_METRICS_PORT`) the worker serves them at `/metrics` itself.
+took, what it holds in flight, what steps' limits held back, and the trouble it met (reconnects,
+messages it could not claim, results the engine ignored). They live in prometheus_client's
+default registry, so a worker embedded in an application shows them beside the application's
+own; with the `metrics_port` setting (`--metrics-port`, `PGFLOW_METRICS_PORT`) the worker serves
+them at `/metrics` itself.
 
 Every series carries the flow, the step (empty where a message's step is unknown) and the queue.
 The engine's own gauges (queue depth, coverage, runs by status) come from SQL instead
@@ -51,6 +52,18 @@ RECONNECTS = Counter(
 UNCLAIMED = Counter(
     "pgflow_worker_unclaimed_messages",
     "Messages read but not claimed: foreign ones, of tasks already started or finished.",
+    ("flow", "queue"),
+)
+HELD_BACK = Counter(
+    "pgflow_worker_held_back_messages",
+    "Messages a claim read and held back because their step was at a limit (max_in_flight or"
+    " rate_limit): they come back when there is room, using no attempt.",
+    ("flow", "queue"),
+)
+LIMITED_CLAIMS = Counter(
+    "pgflow_worker_limited_claims",
+    "Claims a step's limit cut short: the worker asked for more tasks than the step had room"
+    " for, and the rest stayed in the queue.",
     ("flow", "queue"),
 )
 IGNORED = Counter(
@@ -110,6 +123,14 @@ class WorkerMetrics:
 
     def unclaimed(self, count: int) -> None:
         UNCLAIMED.labels(self.flow_slug, self.queue_name).inc(count)  # rare
+
+    def limited(self, held_back: int, cut_short: bool) -> None:
+        """What a claim left for a step's limit: messages it held back, and whether it read
+        fewer than it asked for."""
+        if held_back:
+            HELD_BACK.labels(self.flow_slug, self.queue_name).inc(held_back)
+        if cut_short:
+            LIMITED_CLAIMS.labels(self.flow_slug, self.queue_name).inc()
 
     def ignored(self, step_slug: str) -> None:
         self._step(step_slug).ignored.inc()

@@ -183,7 +183,13 @@ class Poller:
     async def _take(self, session: Session, claim: Claim) -> int:
         """Start what a claim claimed and say what it did not; the number of messages read."""
         a = self.assignment
-        claimed, archived, held, unclaimed_read, self.next_visible_in = claim
+        claimed, archived, held, unclaimed_read = (
+            claim.tasks,
+            claim.archived,
+            claim.held,
+            claim.unclaimed,
+        )
+        self.next_visible_in = claim.next_visible_in
         if (
             self.next_visible_in is not None
             and time.monotonic() + self.next_visible_in + WAKE_MARGIN_S < self._wake_at
@@ -203,7 +209,8 @@ class Poller:
                 ", ".join(map(str, archived)),
             )
         self._say_paused(held)
-        unclaimed = sorted(set(unclaimed_read) - set(archived) - set(held))
+        self.slots.metrics.limited(len(claim.limited), claim.cut_short)
+        unclaimed = sorted(set(unclaimed_read) - set(archived) - set(held) - set(claim.limited))
         own = await self._keep_own_messages_hidden(session, unclaimed)
         foreign = [msg_id for msg_id in unclaimed if msg_id not in own]
         if foreign:

@@ -48,6 +48,11 @@ NEXT_VISIBLE_NOTICE = "read_and_claim: the next message"
 #: The start of the notice in which complete_and_claim (engine 0014) names the results it
 #: ignored (a stale attempt, a cancelled task).
 IGNORED_NOTICE = "complete_and_claim ignored"
+#: The start of the notice in which a claim (engine 0017) names the messages it held back
+#: because their step was at a limit (max_in_flight or rate_limit).
+LIMITED_NOTICE = "claim_tasks limited"
+#: The start of read_and_claim's notice that a limit let it read fewer than it was asked for.
+LIMITED_READ_NOTICE = "read_and_claim limited"
 
 
 class Claim(NamedTuple):
@@ -64,6 +69,10 @@ class Claim(NamedTuple):
     #: message (a retry's delay, a start delay, a lease) shows again; None when none is hidden
     #: or the engine does not say (before 0012).
     next_visible_in: float | None = None
+    #: The messages it held back because their step was at a limit (engine 0017).
+    limited: tuple[int, ...] = ()
+    #: Whether a step's limit let it read fewer than it asked for (engine 0017).
+    cut_short: bool = False
 
 
 class Completion(NamedTuple):
@@ -188,6 +197,8 @@ class PsycopgSession:
         self._archived: list[int] = []
         self._held: list[int] = []
         self._unclaimed: list[int] = []
+        self._limited: list[int] = []
+        self._cut_short = False
         self._next_visible_in: float | None = None
         self._ignored: list[tuple[int, int, str]] = []
         # Until the engine says it has no such call:
@@ -271,8 +282,8 @@ class PsycopgSession:
     ) -> Claim | None:
         if not self._one_call_claims:
             return None
-        self._archived, self._held, self._unclaimed = [], [], []
-        self._next_visible_in = None
+        self._archived, self._held, self._unclaimed, self._limited = [], [], [], []
+        self._next_visible_in, self._cut_short = None, False
         try:
             async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
                 await claim.execute(
@@ -283,9 +294,7 @@ class PsycopgSession:
         except psycopg.errors.UndefinedFunction:
             self._one_call_claims = False  # an engine before 0012: two calls from now on
             return None
-        return Claim(
-            tasks, self._archived, self._held, tuple(self._unclaimed), self._next_visible_in
-        )
+        return self._claim(tasks)
 
     async def complete_and_claim(
         self,
@@ -302,7 +311,7 @@ class PsycopgSession:
             return None
         results = _result_columns(tasks, outputs)
         self._archived, self._held, self._unclaimed, self._ignored = [], [], [], []
-        self._next_visible_in = None
+        self._limited, self._next_visible_in, self._cut_short = [], None, False
         try:
             async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
                 await claim.execute(
@@ -317,15 +326,18 @@ class PsycopgSession:
         for position, attempts_count, status in self._ignored:
             if 1 <= position <= len(rows):
                 rows[position - 1] = (attempts_count, status)
-        return Completion(
-            rows,
-            Claim(
-                claimed,
-                self._archived,
-                self._held,
-                tuple(self._unclaimed),
-                self._next_visible_in,
-            ),
+        return Completion(rows, self._claim(claimed))
+
+    def _claim(self, tasks: list[ClaimedTask]) -> Claim:
+        """A claim's tasks with what its notices said."""
+        return Claim(
+            tasks,
+            self._archived,
+            self._held,
+            tuple(self._unclaimed),
+            self._next_visible_in,
+            tuple(self._limited),
+            self._cut_short,
         )
 
     async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
@@ -340,7 +352,7 @@ class PsycopgSession:
         queue: str,
         step_slug: str | None,
     ) -> Claim:
-        self._archived, self._held = [], []
+        self._archived, self._held, self._limited = [], [], []
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             if step_slug is None:
                 await claim.execute(queries.CLAIM_TASKS, (flow_slug, msg_ids, worker_id, queue))
@@ -348,12 +360,14 @@ class PsycopgSession:
                 await claim.execute(
                     queries.CLAIM_STEP_TASKS, (flow_slug, msg_ids, worker_id, queue, step_slug)
                 )
-            return Claim(await claim.fetchall(), self._archived, self._held)
+            return Claim(
+                await claim.fetchall(), self._archived, self._held, limited=tuple(self._limited)
+            )
 
     def _notice(self, diag: psycopg.errors.Diagnostic) -> None:
-        """Collect the ids claim_tasks names in its archived-messages warning and its
-        held-messages notice, and read_and_claim in its unclaimed-messages notice (JSON
-        details)."""
+        """Collect the ids claim_tasks names in its archived-messages warning, its
+        held-messages and limited-messages notices, and read_and_claim in its
+        unclaimed-messages notice (JSON details)."""
         primary = diag.message_primary or ""
         if primary.startswith(NEXT_VISIBLE_NOTICE):
             # Another detail than this release writes: the worker polls as before.
@@ -370,8 +384,13 @@ class PsycopgSession:
                     ]
                 ]
             return
+        if primary.startswith(LIMITED_READ_NOTICE):
+            self._cut_short = True
+            return
         if primary.startswith(ARCHIVED_NOTICE):
             into, key = self._archived, "archived_message_ids"
+        elif primary.startswith(LIMITED_NOTICE):
+            into, key = self._limited, "limited_message_ids"
         elif primary.startswith(HELD_NOTICE):
             into, key = self._held, "held_message_ids"
         elif primary.startswith(UNCLAIMED_NOTICE):

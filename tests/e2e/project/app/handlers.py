@@ -12,8 +12,10 @@ from typing import cast
 
 from app.pgflow.e2e_approvals import FinishDeps
 from app.pgflow.e2e_approvals import Input as ApprovalsInput
+from app.pgflow.e2e_capped import Input as CappedInput
 from app.pgflow.e2e_fanout import Input as FanoutInput
 from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
+from app.pgflow.e2e_metered import Input as MeteredInput
 from app.pgflow.e2e_plain import Input as PlainInput
 from app.pgflow.e2e_plain import WrapUpDeps
 from app.pgflow.e2e_steps import FirstOutput, Input, SecondDeps
@@ -104,3 +106,13 @@ def prepare(flow_input: ApprovalsInput, ctx: Context[ApprovalsInput], /) -> str:
 
 def finish(deps: FinishDeps, ctx: Context[ApprovalsInput], /) -> str:
     return f"{deps['prepare']} and {'approved' if deps['approval']['ok'] else 'declined'}"
+
+
+def hold_for(flow_input: CappedInput, ctx: Context[CappedInput], /) -> float:
+    """Works for `seconds` (a task in flight that long)."""
+    time.sleep(flow_input["seconds"])
+    return flow_input["seconds"]
+
+
+def metered(flow_input: MeteredInput, ctx: Context[MeteredInput], /) -> int:
+    return flow_input["n"]
