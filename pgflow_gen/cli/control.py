@@ -234,7 +234,7 @@ def _retry(args: argparse.Namespace) -> int:
             chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
         for run in chosen:
             try:
-                conn.execute(runtime_queries.RETRY_RUN, (run["run_id"],))
+                row = conn.execute(cli_queries.RETRY_RUN, (run["run_id"],)).fetchone()
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
                 if not isinstance(
@@ -244,7 +244,6 @@ def _retry(args: argparse.Namespace) -> int:
                 status = _status(conn, run["run_id"])
                 refused.append({"run_id": run["run_id"], "status": status, "why": error.message})
                 continue
-            row = conn.execute(cli_queries.RUN, (run["run_id"],)).fetchone()
             assert row is not None
             retried.append(row)
             if not as_json:
@@ -275,7 +274,7 @@ def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str 
     return None if row is None else str(row["status"])
 
 
-def _require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_slug: str) -> None:
+def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_slug: str) -> None:
     """Raise UsageError unless the compiled flow has the step, naming a near one."""
     runs.require_flow(conn, flow_slug)
     known = [r["step_slug"] for r in conn.execute(cli_queries.STEP_SLUGS, (flow_slug,))]
@@ -291,7 +290,7 @@ def _require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step
 
 def _pause(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
-        _require_step(conn, args.flow_slug, args.step_slug)
+        require_step(conn, args.flow_slug, args.step_slug)
         try:
             pause = conn.execute(
                 runtime_queries.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
@@ -310,7 +309,7 @@ def _pause(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
-        _require_step(conn, args.flow_slug, args.step_slug)
+        require_step(conn, args.flow_slug, args.step_slug)
         was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
         try:
             row = conn.execute(

@@ -156,6 +156,26 @@ WORKERS: Final[LiteralString] = (
 HAS_STEP_PAUSES: Final[LiteralString] = (
     "select to_regclass('pgflow.step_pauses') is not null as present"
 )
+#: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
+#: its workers may change it the moment it commits.
+RETRY_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
+)
+#: () -> whether the engine has step limits ("present"; engine 0017).
+HAS_STEP_LIMITS: Final[LiteralString] = (
+    "select to_regproc('pgflow.step_limit_usage') is not null as present"
+)
+#: () -> every limited step with its limits, who set them, and their use now (engine 0017).
+STEP_LIMIT_USAGE: Final[LiteralString] = (
+    "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
+    " in_flight, window_starts, updated_at from pgflow.step_limit_usage()"
+)
+#: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
+#: NULL when cleared).
+SET_STEP_LIMITS: Final[LiteralString] = (
+    "select max_in_flight, rate_limit, rate_period_s, set_by"
+    " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
+)
 #: () -> every paused step with its reason and since when.
 STEP_PAUSES: Final[LiteralString] = (
     "select flow_slug, step_slug, reason, paused_at from pgflow.step_pauses"

@@ -145,6 +145,51 @@ def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
     return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_PAUSES)}
 
 
+Limits = dict[tuple[str, str], dict[str, Any]]
+
+
+def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
+    """The limited steps by (flow, step), with their limits and use now (none before engine
+    0017, which has no limits)."""
+    row = conn.execute(cli_queries.HAS_STEP_LIMITS).fetchone()
+    if row is None or not row["present"]:
+        return {}
+    return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_LIMIT_USAGE)}
+
+
+def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A step's limits and their use as JSON (None: no limits)."""
+    if limits is None:
+        return None
+    return {
+        key: limits[key]
+        for key in ("max_in_flight", "in_flight", "rate_limit", "rate_period_s",
+                    "window_starts", "set_by")
+    }  # fmt: skip
+
+
+def limits_cell(limits: dict[str, Any] | None) -> str | None:
+    """A step's limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s".
+
+    >>> limits_cell({"max_in_flight": 4, "in_flight": 3, "rate_limit": None})
+    '3/4 in flight'
+    >>> limits_cell({"max_in_flight": None, "in_flight": 0, "rate_limit": 100,
+    ...              "rate_period_s": 60, "window_starts": 42})
+    '42/100 starts per 60 s'
+    """
+    if limits is None:
+        return None
+    parts = []
+    if limits["max_in_flight"] is not None:
+        parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
+    if limits["rate_limit"] is not None:
+        parts.append(
+            f"{limits['window_starts']}/{limits['rate_limit']} starts per"
+            f" {limits['rate_period_s']} s"
+        )
+    return ", ".join(parts)
+
+
 def _pause_json(pause: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if pause is None else {"reason": pause["reason"], "paused_at": pause["paused_at"]}
 
@@ -379,11 +424,16 @@ def _status(args: argparse.Namespace) -> int:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         steps = conn.execute(cli_queries.RUN_STEPS, (args.run_id,)).fetchall()
         pauses = paused_steps(conn)
+        limits = step_limits(conn)
     for s in steps:
         pause = pauses.get((run["flow_slug"], s["step_slug"]))
         s["pause"] = pause if s["status"] in ("created", "started") else None
+        s["limits"] = limits.get((run["flow_slug"], s["step_slug"]))
         if s["pause"] is not None:
             s["note"] = "; ".join(filter(None, [_pause_cell(pause), s["note"]]))
+        if s["limits"] is not None and s["status"] in ("created", "started"):
+            limited = f"limited: {limits_cell(s['limits'])}"
+            s["note"] = "; ".join(filter(None, [limited, s["note"]]))
         if s["step_type"] == "signal":
             s["queue_name"] = None  # a signal step has no queue
         if s["waiting_since"] is not None:
@@ -408,6 +458,7 @@ def _status(args: argparse.Namespace) -> int:
                     "attempts": s["attempts"],
                     "note": s["note"],
                     "paused": _pause_json(s["pause"]),
+                    "limits": limits_json(s["limits"]),
                     "step_type": s["step_type"],
                     "waiting": None if s["waiting_since"] is None else {
                         "since": s["waiting_since"], "until": s["waiting_until"],
@@ -606,21 +657,27 @@ def _coverage(args: argparse.Namespace) -> int:
             cli_queries.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
         ).fetchall()
         pauses = paused_steps(conn)
+        limits = step_limits(conn)
     uncovered = [r for r in rows if not r["covered"]]
     for r in rows:
         r["paused"] = _pause_json(pauses.get((r["flow_slug"], r["step_slug"])))
+        r["limits"] = limits_json(limits.get((r["flow_slug"], r["step_slug"])))
     if args.format == "json":
         print_json({"ok": not uncovered, "freshness_s": freshness, "routes": rows})
     else:
-        paused = any(r["paused"] for r in rows)  # the column shows only when it says something
+        # The paused and limits columns show only when they say something.
+        paused = any(r["paused"] for r in rows)
+        limited = any(r["limits"] for r in rows)
         table(
             [
                 (r["flow_slug"], r["step_slug"], r["queue_name"], r["live_workers"],
                  "yes" if r["covered"] else "NO",
-                 *([_pause_cell(pauses.get((r["flow_slug"], r["step_slug"])))] if paused else []))
+                 *([_pause_cell(pauses.get((r["flow_slug"], r["step_slug"])))] if paused else []),
+                 *([limits_cell(limits.get((r["flow_slug"], r["step_slug"])))] if limited else []))
                 for r in rows
             ],
-            ["flow", "step", "queue", "live workers", "covered", *(["paused"] if paused else [])],
+            ["flow", "step", "queue", "live workers", "covered", *(["paused"] if paused else []),
+             *(["limits"] if limited else [])],
             sys.stdout,
         )  # fmt: skip
         print(
