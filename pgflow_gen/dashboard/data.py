@@ -56,6 +56,37 @@ class Route:
     visible: int | None = None
     oldest_age_s: int | None = None
     total_sent: int | None = None
+    #: The step's limits and their use (step_limit_usage's row; engine 0017), None: no limits.
+    limits: dict[str, Any] | None = None
+
+    @property
+    def limits_text(self) -> str | None:
+        """The limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s"."""
+        limits = self.limits
+        if limits is None:
+            return None
+        parts = []
+        if limits["max_in_flight"] is not None:
+            parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
+        if limits["rate_limit"] is not None:
+            parts.append(
+                f"{limits['window_starts']}/{limits['rate_limit']} starts per"
+                f" {limits['rate_period_s']} s"
+            )
+        return ", ".join(parts)
+
+    @property
+    def at_limit(self) -> bool:
+        """No task of the step can start now: a limit is used up (its waiting tasks wait for
+        room, not for a worker)."""
+        limits = self.limits
+        if limits is None:
+            return False
+        capped = limits["max_in_flight"] is not None
+        rated = limits["rate_limit"] is not None
+        return (capped and limits["in_flight"] >= limits["max_in_flight"]) or (
+            rated and limits["window_starts"] >= limits["rate_limit"]
+        )
 
     @property
     def growing(self) -> bool:
@@ -80,10 +111,16 @@ class Route:
 
 
 async def routes(conn: Connection) -> list[Route]:
-    """Every step route with its coverage, pause, tasks and its queue's metrics."""
+    """Every step route with its coverage, pause, limits, tasks and its queue's metrics."""
     live_within = await _one(conn, q.LIVE_WITHIN)
     rows = await (await conn.execute(q.ROUTES, (live_within["seconds"],))).fetchall()
     metrics = {m["queue_name"]: m for m in await (await conn.execute(q.QUEUE_METRICS)).fetchall()}
+    limits = {}
+    if (await _one(conn, q.HAS_STEP_LIMITS))["present"]:
+        limits = {
+            (r["flow_slug"], r["step_slug"]): r
+            for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
+        }
     found = []
     for row in rows:
         m = metrics.get(row["queue_name"], {})
@@ -94,6 +131,7 @@ async def routes(conn: Connection) -> list[Route]:
                 visible=m.get("queue_visible_length"),
                 oldest_age_s=m.get("oldest_msg_age_sec"),
                 total_sent=m.get("total_messages"),
+                limits=limits.get((row["flow_slug"], row["step_slug"])),
             )
         )
     return found

@@ -1,9 +1,10 @@
 """The engine's gauges for Prometheus, read from SQL at each scrape (the dashboard's `/metrics`,
 `pgflow-gen metrics [--serve]`): per step queue its depth, visible messages, oldest message age
 and messages ever sent; per step route its coverage, live workers, pause, waiting and running
-tasks, stalled and parked tasks; runs by flow and status; workers by state. Every series of a
-step carries its queue's name as the `queue` label. The workers' own counters (tasks claimed,
-completed, failed, handler durations) come from each worker process (`--metrics-port`).
+tasks, stalled and parked tasks, and its limits with their use; runs by flow and status;
+workers by state. Every series of a step carries its queue's name as the `queue` label. The
+workers' own counters (tasks claimed, completed, failed, handler durations) come from each
+worker process (`--metrics-port`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,39 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         stalled.add_metric(labels, counted.get((route.flow_slug, route.step_slug), 0))
         parked.add_metric(labels, route.parked)
     yield from (stalled, parked)
+
+    cap = GaugeMetricFamily(
+        "pgflow_step_max_in_flight",
+        "The step's cap on tasks started at once, across every worker (only limited steps).",
+        labels=ROUTE_LABELS,
+    )
+    in_flight = GaugeMetricFamily(
+        "pgflow_step_limited_in_flight",
+        "Tasks of a capped step started now, counted against its cap.",
+        labels=ROUTE_LABELS,
+    )
+    rate = GaugeMetricFamily(
+        "pgflow_step_rate_limit",
+        "The step's task starts allowed in any window (only rate-limited steps).",
+        labels=[*ROUTE_LABELS, "period_seconds"],
+    )
+    window = GaugeMetricFamily(
+        "pgflow_step_rate_window_starts",
+        "Task starts of a rate-limited step in its current window.",
+        labels=ROUTE_LABELS,
+    )
+    for route in snap.routes:
+        limits = route.limits
+        if limits is None:
+            continue
+        labels = [route.flow_slug, route.step_slug, route.queue_name]
+        if limits["max_in_flight"] is not None:
+            cap.add_metric(labels, limits["max_in_flight"])
+            in_flight.add_metric(labels, limits["in_flight"])
+        if limits["rate_limit"] is not None:
+            rate.add_metric([*labels, str(limits["rate_period_s"])], limits["rate_limit"])
+            window.add_metric(labels, limits["window_starts"])
+    yield from (cap, in_flight, rate, window)
 
     runs = GaugeMetricFamily(
         "pgflow_runs", "Runs in the tables by flow and status.", labels=["flow", "status"]

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pgflow_gen import cli
 from tests.dashboard.conftest import TOKEN, Dashboard, start_dashboard
 from tests.e2e.harness import Db, eventually
+from tests.engine import WORKER_ID
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -107,6 +108,11 @@ def test_metrics_say_what_the_engine_holds(
         db.start("stepped")
     db.register("stepped__first")
     db.call("pause_step", "stepped", "second", None)
+    db.call("set_step_limits", "stepped", "first", max_in_flight=2, rate_limit=5, rate_period_s=60)
+    db.conn.execute(
+        "select * from pgflow.read_and_claim('stepped', 'stepped__first', %s, 10, 30, 'first')",
+        (WORKER_ID,),
+    )
 
     code, out, err = run_cli(capsys, "metrics", "--database-url", db_url)
 
@@ -119,12 +125,18 @@ def test_metrics_say_what_the_engine_holds(
     first = (("flow", "stepped"), ("queue", "stepped__first"), ("step", "first"))
     second = (("flow", "stepped"), ("queue", "stepped__second"), ("step", "second"))
     assert samples[("pgflow_queue_messages", (("queue", "stepped__first"),))] == 3
-    assert samples[("pgflow_queue_visible_messages", (("queue", "stepped__first"),))] == 3
+    assert samples[("pgflow_queue_visible_messages", (("queue", "stepped__first"),))] == 1
     assert samples[("pgflow_queue_sent_messages_total", (("queue", "stepped__first"),))] == 3
     assert samples[("pgflow_route_covered", first)] == 1
     assert samples[("pgflow_route_covered", second)] == 0
     assert samples[("pgflow_step_paused", second)] == 1
-    assert samples[("pgflow_step_tasks", tuple(sorted((*first, ("status", "queued")))))] == 3
+    assert samples[("pgflow_step_tasks", tuple(sorted((*first, ("status", "queued")))))] == 1
+    assert samples[("pgflow_step_max_in_flight", first)] == 2
+    assert samples[("pgflow_step_limited_in_flight", first)] == 2
+    rated = tuple(sorted((*first, ("period_seconds", "60"))))
+    assert samples[("pgflow_step_rate_limit", rated)] == 5
+    assert samples[("pgflow_step_rate_window_starts", first)] == 2
+    assert ("pgflow_step_max_in_flight", second) not in samples  # only limited steps
     assert samples[("pgflow_runs", (("flow", "stepped"), ("status", "started")))] == 3
     assert samples[("pgflow_stalled_tasks", first)] == 0
     # The test's worker registered without a flow (a label is never missing: it is empty).

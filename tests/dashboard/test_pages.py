@@ -10,6 +10,7 @@ import uuid
 
 from tests.dashboard.conftest import SHOWCASE, Dashboard, define_showcase, finished_showcase
 from tests.e2e.harness import Db
+from tests.engine import WORKER_ID
 
 
 def test_the_overview_lists_flows_with_their_runs_and_what_needs_attention(
@@ -141,6 +142,17 @@ def test_queues_and_workers_show_depth_coverage_and_state(dashboard: Dashboard, 
     second = _row(queues.body, 'data-queue="stepped__second"')
     assert 'data-covered="no"' in second
     assert "no live worker" in second
+    assert re.search(r'<td class="limits"><span class="muted">none</span></td>', first)
+
+    db.call("set_step_limits", "stepped", "first", max_in_flight=1)
+    db.conn.execute(
+        "select * from pgflow.read_and_claim('stepped', 'stepped__first', %s, 10, 30, 'first')",
+        (WORKER_ID,),
+    )
+    first = _row(dashboard.get("/queues").body, 'data-queue="stepped__first"')
+    [limits] = re.findall(r'<td class="limits">(.*?)</td>', first, re.S)
+    assert limits.startswith("1/1 in flight")
+    assert "at limit" in limits
 
     workers = dashboard.get("/workers")
     assert 'data-state="live"' in workers.body
