@@ -20,7 +20,7 @@ flow (`step queues`). Prints tasks/s, msg/s, their ratio per repeat and its medi
 server CPU time per task (the client backends' CPU, read from /proc when the server is local).
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3]
-        [--batch 1 10 50] [--clients 1 3] [--durable] [--only read_and_claim ...]
+        [--batch 1 10 50] [--clients 1 3] [--durable] [--limits] [--only read_and_claim ...]
 
 Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
 settings of the anchor figures), with `--durable` the server's defaults, or
@@ -54,6 +54,8 @@ from pgflow_gen.runtime import embedded, migrations
 FLOW = "benchChain"
 STEPS = ("one", "two", "three")
 OUTPUT = {"ok": True}
+#: `--limits`: a cap on every step that no run of this benchmark reaches.
+UNREACHED_CAP = 100_000
 #: Engine loops by name, in the order they are printed.
 ENGINE_LOOPS = ("two_calls", "read_and_claim", "complete_and_claim")
 
@@ -214,13 +216,25 @@ class Route:
 
 
 def engine(
-    url: str, runs: int, batch: int, loop: str, clients: int = 1, step_queues: bool = False
+    url: str,
+    runs: int,
+    batch: int,
+    loop: str,
+    clients: int = 1,
+    step_queues: bool = False,
+    limits: bool = False,
 ) -> tuple[Result, float]:
     """(tasks per second of `loop`, runs started per second) for `runs` runs of the chain,
-    with `clients` workers on the flow's queue, or one per step with `step_queues`."""
+    with `clients` workers on the flow's queue, or one per step with `step_queues`; with
+    `limits`, every step has a cap it never reaches (what a limited step's claims cost)."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
         routes = define_chain(conn, clients, step_queues)
+        for step in STEPS if limits else ():
+            conn.execute(
+                "select pgflow.set_step_limits(%s, %s, max_in_flight => %s)",
+                (FLOW, step, UNREACHED_CAP),
+            )
         started = time.perf_counter()
         for i in range(runs):
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
@@ -393,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--durable", action="store_true", help="the server's durable defaults (fsync on)"
     )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="give every step a max_in_flight it never reaches: what limited claims cost",
+    )
     args = parser.parse_args(argv)
 
     with server(args.durable) as admin_url:
@@ -401,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"PostgreSQL {version[0] if version else '?'}, PGMQ {migrations.pgmq_sql()[1]}, "
             f"{args.runs} runs x 3 steps, median of {args.repeat},"
-            f" {'durable (server defaults)' if args.durable else 'fast settings'}",
+            f" {'durable (server defaults)' if args.durable else 'fast settings'}"
+            f"{', every step capped (never reached)' if args.limits else ''}",
             flush=True,
         )
         task_us = 0.0
@@ -427,7 +447,9 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
         for layout, step_queues in layouts:
             for loop in args.only:
                 with fresh_database(admin_url) as url:
-                    result, start_rate = engine(url, args.runs, batch, loop, clients, step_queues)
+                    result, start_rate = engine(
+                        url, args.runs, batch, loop, clients, step_queues, args.limits
+                    )
                 figures.setdefault((layout, loop), []).append(result)
                 starts.append(start_rate)
     raw_rate = statistics.median(r.rate for r in raw)

@@ -123,6 +123,10 @@ def _limits(args: argparse.Namespace) -> int:
                 "This database's engine has no step limits (engine 0017).",
                 hint="Upgrade it with `pgflow-gen db migrate`.",
             ) from None
+        except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
+            raise client_module.InvalidStepLimitsError(
+                exc.diag.message_primary or str(exc), hint=exc.diag.message_hint
+            ) from None
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
         after = runs.step_limits(conn).get((args.flow_slug, args.step_slug))

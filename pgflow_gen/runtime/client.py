@@ -112,6 +112,31 @@ class StepPause:
     paused_at: datetime.datetime
 
 
+class InvalidStepLimitsError(errors.PgflowError):
+    """Step limits the engine refuses: not a whole number from 1, a rate limit without its
+    period, or a signal step (it runs no task)."""
+
+    code = "invalid_step_limits"
+
+
+@dataclass(frozen=True)
+class StepLimits:
+    """A step's limits (`Client.set_step_limits`, engine 0017) and their use now: tasks started
+    against `max_in_flight`, task starts in the last `rate_period_s` seconds against
+    `rate_limit`. None: no such limit. `set_by` is "spec" or "operator"."""
+
+    flow_slug: str
+    step_slug: str
+    queue_name: str
+    max_in_flight: int | None
+    rate_limit: int | None
+    rate_period_s: int | None
+    set_by: str
+    in_flight: int
+    window_starts: int
+    updated_at: datetime.datetime
+
+
 @dataclass(frozen=True)
 class StepFailure:
     """Why a run failed: its first failed step, and the failed task's attempts and error.
@@ -584,6 +609,56 @@ class Client:
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
         return int(row[0]) if row else 0
+
+    def set_step_limits(
+        self,
+        flow: Flow[StepSlugT, Any, Any] | StepQueuedFlow[StepSlugT, Any, Any],
+        step_slug: StepSlugT,
+        *,
+        max_in_flight: int | None = None,
+        rate_limit: int | None = None,
+        rate_period_s: int | None = None,
+    ) -> StepLimits | None:
+        """Set a step's limits for every worker, live: at most `max_in_flight` of its tasks
+        started at once, at most `rate_limit` task starts in any `rate_period_s` seconds. None
+        clears a limit; the limits afterwards, None when all are cleared. A limit the flow's
+        spec sets comes back when its migration is applied again (docs/flow-control.md).
+
+        Raises InvalidStepLimitsError (a value below 1, a rate without its period, a signal
+        step), FlowNotFoundError or StepNotFoundError, DatabaseError for anything else.
+        """
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        with self.connection() as conn:
+            try:
+                conn.execute(
+                    queries.SET_STEP_LIMITS,
+                    (plain.slug, step_slug, max_in_flight, rate_limit, rate_period_s),
+                )
+            except psycopg.errors.InvalidParameterValue as exc:
+                diag = exc.diag
+                raise InvalidStepLimitsError(
+                    diag.message_primary or str(exc), hint=diag.message_hint
+                ) from exc
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
+            found = self._step_limits(conn, plain.slug)
+        return next((limits for limits in found if limits.step_slug == step_slug), None)
+
+    def step_limits(
+        self, flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any] | None = None
+    ) -> list[StepLimits]:
+        """The limited steps (of `flow`, or of every flow) with their limits and use now."""
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        with self.connection() as conn:
+            return self._step_limits(conn, None if plain is None else plain.slug)
+
+    @staticmethod
+    def _step_limits(conn: psycopg.Connection[Any], flow_slug: str | None) -> list[StepLimits]:
+        with conn.cursor(row_factory=class_row(StepLimits)) as cur:
+            try:
+                return cur.execute(queries.STEP_LIMIT_USAGE, (flow_slug,)).fetchall()
+            except psycopg.Error as exc:
+                raise engine_error(exc) from exc
 
     def get_run(self, run_id: uuid.UUID) -> Run[Any]:
         with self.connection() as conn:

@@ -169,6 +169,14 @@ WAITING_SIGNALS: Final[LiteralString] = (
     " where ss.run_id = %s and s.step_type = 'signal' and ss.status = 'started'"
     " order by s.step_index"
 )
+#: (flow, step, max in flight, rate limit, rate period) -> nothing to read: the limits are
+#: read back with their use (engine 0017).
+SET_STEP_LIMITS: Final[LiteralString] = "select pgflow.set_step_limits(%s, %s, %s, %s, %s)"
+#: (flow slug or NULL) -> the limited steps with their limits and use (`StepLimits`).
+STEP_LIMIT_USAGE: Final[LiteralString] = (
+    "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
+    " in_flight, window_starts, updated_at from pgflow.step_limit_usage(%s)"
+)
 #: (flow, step, reason) -> the step's pause (engine 0010).
 PAUSE_STEP: Final[LiteralString] = (
     "select flow_slug, step_slug, reason, paused_at from pgflow.pause_step(%s, %s, %s)"

@@ -11,7 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import cli
-from tests.e2e.harness import Db, run_cli
+from tests.e2e.harness import PROJECT, Db, run_cli
 
 
 def start(db: Db) -> uuid.UUID:
@@ -113,3 +113,19 @@ def test_a_bad_value_is_refused_by_the_parser(
     assert exited.value.code == 2
     assert error in capsys.readouterr().err
     assert plain.value("select count(*) from pgflow.step_limits") == 0
+
+
+def test_a_signal_step_takes_no_limit_one_line_exit_1(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.conn.execute((PROJECT / "app/pgflow/migrations/e2eApprovals.sql").read_text())
+    code, out, err = run_cli(
+        capsys, db_url, "limits", "e2eApprovals", "approval", "--max-in-flight", "1"
+    )
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        'error: Step "approval" of flow "e2eApprovals" is a signal step: it runs no task, so'
+        " there is nothing to limit.",
+        "HINT: Limit the steps that depend on it instead.",
+    ]
+    assert db.value("select count(*) from pgflow.step_limits") == 0

@@ -17,6 +17,7 @@ from pgflow_gen.runtime import (
     Flow,
     FlowNotFoundError,
     InvalidRunInputError,
+    InvalidStepLimitsError,
     RunExistsError,
     RunFinishedError,
     RunNotFoundError,
@@ -374,3 +375,38 @@ def test_start_flows_of_a_flow_not_compiled_raises_flow_not_found(client: Client
     other: Flow[Any, Any, Any] = Flow(slug="notCompiled", steps=(Step(slug="only"),))
     with pytest.raises(FlowNotFoundError):
         client.start_flows(other, [{}])
+
+
+def test_set_step_limits_sets_reads_and_clears_a_steps_limits(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    limits = client.set_step_limits(FLOW, "fullName", max_in_flight=2)
+    assert limits is not None
+    assert (limits.step_slug, limits.max_in_flight, limits.rate_limit, limits.set_by) == (
+        "fullName", 2, None, "operator",
+    )  # fmt: skip
+    client.start_flow(FLOW, ADA)
+    client.start_flow(FLOW, ADA)
+    client.start_flow(FLOW, ADA)
+    assert len(Engine(conn).poll("greetUser")) == 2  # the cap holds the third back
+    [read] = client.step_limits(FLOW)
+    assert (read.in_flight, read.window_starts) == (2, 0)
+    assert client.step_limits() == [read]
+    assert client.set_step_limits(FLOW, "fullName") is None
+    assert client.step_limits() == []
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"max_in_flight": 0}, "Step limits must be whole numbers from 1"),
+        ({"rate_limit": 10}, "A rate limit needs both rate_limit"),
+    ],
+)
+def test_wrong_step_limits_are_a_typed_error(
+    client: Client, limits: dict[str, int], message: str
+) -> None:
+    with pytest.raises(InvalidStepLimitsError) as refused:
+        client.set_step_limits(FLOW, "fullName", **limits)
+    assert refused.value.message.startswith(message)
+    assert client.step_limits() == []
