@@ -169,25 +169,8 @@ def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def limits_cell(limits: dict[str, Any] | None) -> str | None:
-    """A step's limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s".
-
-    >>> limits_cell({"max_in_flight": 4, "in_flight": 3, "rate_limit": None})
-    '3/4 in flight'
-    >>> limits_cell({"max_in_flight": None, "in_flight": 0, "rate_limit": 100,
-    ...              "rate_period_s": 60, "window_starts": 42})
-    '42/100 starts per 60 s'
-    """
-    if limits is None:
-        return None
-    parts = []
-    if limits["max_in_flight"] is not None:
-        parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
-    if limits["rate_limit"] is not None:
-        parts.append(
-            f"{limits['window_starts']}/{limits['rate_limit']} starts per"
-            f" {limits['rate_period_s']} s"
-        )
-    return ", ".join(parts)
+    """A step's limits and their use in a few words ("3/4 in flight"; None: no limits)."""
+    return None if limits is None else client_module.limits_in_words(limits)
 
 
 def _pause_json(pause: dict[str, Any] | None) -> dict[str, Any] | None:

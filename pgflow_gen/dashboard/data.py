@@ -17,6 +17,7 @@ import psycopg
 
 from pgflow_gen.dashboard import dag
 from pgflow_gen.dashboard import queries as q
+from pgflow_gen.runtime.client import limits_in_words
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -62,18 +63,7 @@ class Route:
     @property
     def limits_text(self) -> str | None:
         """The limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s"."""
-        limits = self.limits
-        if limits is None:
-            return None
-        parts = []
-        if limits["max_in_flight"] is not None:
-            parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
-        if limits["rate_limit"] is not None:
-            parts.append(
-                f"{limits['window_starts']}/{limits['rate_limit']} starts per"
-                f" {limits['rate_period_s']} s"
-            )
-        return ", ".join(parts)
+        return None if self.limits is None else limits_in_words(self.limits)
 
     @property
     def at_limit(self) -> bool:

@@ -13,6 +13,7 @@ client:`) releases them at once; otherwise they go when the Client is garbage co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import json
@@ -20,7 +21,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -135,6 +136,30 @@ class StepLimits:
     in_flight: int
     window_starts: int
     updated_at: datetime.datetime
+
+    @property
+    def in_words(self) -> str:
+        """ "3/4 in flight, 42/100 starts per 60 s"."""
+        return limits_in_words(dataclasses.asdict(self))
+
+
+def limits_in_words(limits: Mapping[str, Any]) -> str:
+    """A step's limits and their use (step_limit_usage's columns) in a few words, as the CLI,
+    the dashboard and `StepLimits.in_words` say them.
+
+    >>> limits_in_words({"max_in_flight": 4, "in_flight": 3, "rate_limit": 100,
+    ...                  "rate_period_s": 60, "window_starts": 42})
+    '3/4 in flight, 42/100 starts per 60 s'
+    """
+    parts = []
+    if limits["max_in_flight"] is not None:
+        parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
+    if limits["rate_limit"] is not None:
+        parts.append(
+            f"{limits['window_starts']}/{limits['rate_limit']} starts per"
+            f" {limits['rate_period_s']} s"
+        )
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -390,7 +390,7 @@ def test_set_step_limits_sets_reads_and_clears_a_steps_limits(
     client.start_flow(FLOW, ADA)
     assert len(Engine(conn).poll("greetUser")) == 2  # the cap holds the third back
     [read] = client.step_limits(FLOW)
-    assert (read.in_flight, read.window_starts) == (2, 0)
+    assert (read.in_flight, read.window_starts, read.in_words) == (2, 0, "2/2 in flight")
     assert client.step_limits() == [read]
     assert client.set_step_limits(FLOW, "fullName") is None
     assert client.step_limits() == []
