@@ -60,6 +60,7 @@ class Engine:
         mode: str = "step",
         route_map: Any = "derive",
         options: dict[str, Any] | None = None,
+        schedules: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """ensure_flow_compiled with a shape built from short step dicts ({slug, deps?, ...});
         the route map is derived with derive_queue_routes unless given. With the flow's
@@ -67,6 +68,8 @@ class Engine:
         shape: dict[str, Any] = {"steps": [shape_step(**step) for step in steps]}
         if options is not None:
             shape["options"] = options
+        if schedules is not None:
+            shape["schedules"] = schedules
         if route_map == "derive":
             route_map = [
                 {"stepSlug": r["step_slug"], "queueName": r["queue_name"]}

@@ -5,12 +5,14 @@ started (claimed before there were limits)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime import migrations
-from tests.engine import Engine
+from tests.engine import Engine, shape_step
 
 
 @pytest.fixture
@@ -43,3 +45,19 @@ def test_work_claimed_on_0016_finishes_and_counts_against_a_new_cap(version_16: 
         for task in tasks:
             engine.complete(task, "done")
     assert {engine.run(r)["status"] for r in runs} == {"completed"}
+
+
+def test_a_flow_compiled_on_0016_takes_its_schedules_on_0017(version_16: Engine) -> None:
+    engine = version_16
+    shape: dict[str, Any] = {"steps": [shape_step("build")], "options": {"maxAttempts": 3}}
+    engine.value("select pgflow.ensure_flow_compiled('reports', %s)", Jsonb(shape))
+
+    assert [m.version for m in migrations.migrate(engine.conn, target="0017")] == ["0017"]
+
+    again = engine.value("select pgflow.ensure_flow_compiled('reports', %s)", Jsonb(shape))
+    assert again == {"status": "verified", "mismatchKind": None, "differences": []}  # same hash
+    shape["schedules"] = [{"name": "nightly", "cron": "0 2 * * *", "input": {}}]
+    engine.value("select pgflow.ensure_flow_compiled('reports', %s)", Jsonb(shape))
+    assert engine.all("select schedule_name, catch_up, timezone from pgflow.schedules") == [
+        {"schedule_name": "nightly", "catch_up": "none", "timezone": "UTC"}
+    ]

@@ -12,6 +12,12 @@
 -- internal pgflow._claim_messages takes the read's visibility, to hide what it read and did not
 -- claim itself. pgflow.step_limit_usage reports each limited step's use. A flow without limits
 -- claims as before, with one more index probe per claim.
+--
+-- pgflow.schedules keeps a flow's schedules (the shape's "schedules", stored with its other
+-- options by _adopt_flow_description, whose hash includes them when there are some). The
+-- workers compute the slots from the cron expression; pgflow.start_scheduled_runs starts one run
+-- per slot (idempotency key "schedule:<name>:<slot>", and the schedule's last slot);
+-- pgflow.pause_schedule and pgflow.resume_schedule stop and restart a schedule.
 
 -- Flow control (engine 0017): a step's limits, enforced when tasks are claimed, across every
 -- worker and every claim. max_in_flight caps the step's tasks started at once; rate_limit caps its
@@ -55,6 +61,29 @@ create table pgflow.step_slots (
 );
 
 create index step_slots_started_at_idx on pgflow.step_slots (flow_slug, step_slug, started_at);
+
+-- A flow's schedules (engine 0017), from its spec's `schedules`: a cron expression read in a
+-- time zone, the run input, and what to do with slots missed while nothing ran them (catch_up:
+-- none, latest or all). Workers start the runs (one elected per database; pgflow_gen.runtime's
+-- scheduler computes the slots), each slot once: pgflow.start_scheduled_runs gives every run
+-- the idempotency key "schedule:<name>:<slot>" and moves last_slot_at past it. A paused
+-- schedule starts nothing; resuming it passes over the slots of the pause. Gone with the flow.
+create table pgflow.schedules (
+  flow_slug text not null references pgflow.flows (flow_slug) on delete cascade,
+  schedule_name text not null,
+  cron text not null,
+  timezone text not null default 'UTC',
+  input jsonb not null default '{}',
+  catch_up text not null default 'none',
+  paused_at timestamptz,
+  -- The latest slot started or passed over (null: none yet; slots count from created_at).
+  last_slot_at timestamptz,
+  last_run_id uuid,
+  created_at timestamptz not null default now(),
+  updated_at timestamptz not null default now(),
+  primary key (flow_slug, schedule_name),
+  constraint schedules_catch_up check (catch_up in ('none', 'latest', 'all'))
+);
 
 -- How many tasks of a step a claim may start now (engine 0017): null when the step has no limits;
 -- else the room left under max_in_flight and under rate_limit in the last rate_period_s seconds,
@@ -259,6 +288,190 @@ as $$
   join pgflow.steps as s on s.flow_slug = l.flow_slug and s.step_slug = l.step_slug
   where step_limit_usage.flow_slug is null or l.flow_slug = step_limit_usage.flow_slug
   order by l.flow_slug, s.step_index;
+$$;
+
+-- Keeps a flow's schedules in step with its shape's "schedules" ([{name, cron, timezone, input,
+-- catchUp}], engine 0017): new ones are added (their slots count from now), changed ones take
+-- the new cron, time zone, input and catch-up and keep their last slot and pause, and the ones
+-- the shape no longer has are deleted. A shape without "options" (a hand-written one) changes
+-- nothing. Checks each entry (a name, a cron, a known time zone, a catch-up policy). Returns
+-- the changes, [{"schedule", "change": "added" | "changed" | "removed"}]. Called by
+-- _adopt_flow_description under the flow's definition lock.
+create function pgflow._store_schedules(flow_slug text, shape jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_wanted jsonb := coalesce(shape -> 'schedules', '[]');
+  v_entry jsonb;
+  v_changes jsonb := '[]';
+  v_row record;
+begin
+  if shape -> 'options' is null then
+    return v_changes;
+  end if;
+  if jsonb_typeof(v_wanted) <> 'array' then
+    raise exception 'Invalid flow shape: "schedules" must be an array, got %.', jsonb_typeof(v_wanted)
+      using errcode = '22023';
+  end if;
+  for v_entry in select e.value from jsonb_array_elements(v_wanted) as e loop
+    if jsonb_typeof(v_entry -> 'name') is distinct from 'string' or jsonb_typeof(v_entry -> 'cron') is distinct from 'string' then
+      raise exception 'Invalid flow shape: a schedule needs a "name" and a "cron" string, got %.', v_entry
+        using errcode = '22023';
+    end if;
+    if not exists (select 1 from pg_catalog.pg_timezone_names as z where z.name = coalesce(v_entry ->> 'timezone', 'UTC')) then
+      raise exception 'Invalid flow shape: schedule "%" has an unknown time zone "%".', v_entry ->> 'name', v_entry ->> 'timezone'
+        using errcode = '22023', hint = 'Use an IANA name such as UTC or Europe/Paris.';
+    end if;
+    if coalesce(v_entry ->> 'catchUp', 'none') not in ('none', 'latest', 'all') then
+      raise exception 'Invalid flow shape: schedule "%" has catchUp "%"; it takes none, latest or all.',
+        v_entry ->> 'name', v_entry ->> 'catchUp'
+        using errcode = '22023';
+    end if;
+  end loop;
+  if (select count(distinct e.value ->> 'name') <> count(*) from jsonb_array_elements(v_wanted) as e) then
+    raise exception 'Invalid flow shape: two schedules have the same name.' using errcode = '22023';
+  end if;
+
+  for v_row in
+    select e.value as entry, s.schedule_name is null as is_new,
+      s.cron is distinct from e.value ->> 'cron'
+        or s.timezone is distinct from coalesce(e.value ->> 'timezone', 'UTC')
+        or s.input is distinct from coalesce(e.value -> 'input', '{}')
+        or s.catch_up is distinct from coalesce(e.value ->> 'catchUp', 'none') as is_changed
+    from jsonb_array_elements(v_wanted) with ordinality as e (value, ord)
+    left join pgflow.schedules as s
+      on s.flow_slug = _store_schedules.flow_slug and s.schedule_name = e.value ->> 'name'
+    order by e.ord
+  loop
+    continue when not (v_row.is_new or v_row.is_changed);
+    insert into pgflow.schedules as s (flow_slug, schedule_name, cron, timezone, input, catch_up)
+    values (_store_schedules.flow_slug, v_row.entry ->> 'name', v_row.entry ->> 'cron',
+      coalesce(v_row.entry ->> 'timezone', 'UTC'), coalesce(v_row.entry -> 'input', '{}'),
+      coalesce(v_row.entry ->> 'catchUp', 'none'))
+    on conflict on constraint schedules_pkey do update
+    set cron = excluded.cron, timezone = excluded.timezone, input = excluded.input,
+      catch_up = excluded.catch_up, updated_at = now();
+    v_changes := v_changes || jsonb_build_object('schedule', v_row.entry ->> 'name',
+      'change', case when v_row.is_new then 'added' else 'changed' end);
+  end loop;
+
+  with gone as (
+    delete from pgflow.schedules as s
+    where s.flow_slug = _store_schedules.flow_slug
+      and not exists (select 1 from jsonb_array_elements(v_wanted) as e where e.value ->> 'name' = s.schedule_name)
+    returning s.schedule_name
+  )
+  select v_changes || coalesce(jsonb_agg(jsonb_build_object('schedule', g.schedule_name, 'change', 'removed')
+      order by g.schedule_name), '[]')
+  into v_changes from gone as g;
+  return v_changes;
+end;
+$$;
+
+-- Starts a schedule's runs for the given slots (engine 0017), each once whoever calls and however
+-- often: a slot at or before the schedule's last_slot_at is passed over, and every run carries
+-- the idempotency key "schedule:<name>:<slot in UTC>" (a race or a retry returns the run the key
+-- started). Then moves last_slot_at to the latest of the slots and passed_through (the latest
+-- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
+-- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
+-- expression; this function only keeps the promise of once per slot. Returns each slot it
+-- handled with its run and whether this call started it. Locks the schedule's row.
+create function pgflow.start_scheduled_runs(
+  flow_slug text,
+  schedule_name text,
+  slots timestamptz[],
+  passed_through timestamptz default null
+)
+returns table (slot timestamptz, run_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+  v_slot timestamptz;
+  v_run pgflow.runs;
+begin
+  select * into v_schedule from pgflow.schedules as s
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
+  for update;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  if v_schedule.paused_at is not null then
+    return;
+  end if;
+  for v_slot in
+    select distinct s from unnest(slots) as s
+    where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz)
+    order by s
+  loop
+    select * into v_run from pgflow.start_flow(
+      start_scheduled_runs.flow_slug, v_schedule.input, null,
+      format('schedule:%s:%s', start_scheduled_runs.schedule_name,
+        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+    slot := v_slot;
+    run_id := v_run.run_id;
+    created := v_run.started_at = now();
+    v_schedule.last_run_id := v_run.run_id;
+    return next;
+  end loop;
+  update pgflow.schedules as s
+  set last_slot_at = greatest(s.last_slot_at, (select max(x) from unnest(slots) as x), passed_through),
+    last_run_id = v_schedule.last_run_id
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
+end;
+$$;
+
+-- Pauses a schedule (engine 0017): it starts no run until resumed; pausing a paused one keeps
+-- its paused_at. Returns the schedule.
+create function pgflow.pause_schedule(flow_slug text, schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+begin
+  update pgflow.schedules as s set paused_at = coalesce(s.paused_at, now())
+  where s.flow_slug = pause_schedule.flow_slug and s.schedule_name = pause_schedule.schedule_name
+  returning s.* into v_schedule;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  return v_schedule;
+end;
+$$;
+
+-- Resumes a paused schedule (engine 0017): the slots of the pause are passed over, whatever its
+-- catch-up, so its next slot after now starts the next run. Returns the schedule.
+create function pgflow.resume_schedule(flow_slug text, schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+begin
+  update pgflow.schedules as s
+  set last_slot_at = case when s.paused_at is null then s.last_slot_at
+      else greatest(s.last_slot_at, now()) end,
+    paused_at = null
+  where s.flow_slug = resume_schedule.flow_slug and s.schedule_name = resume_schedule.schedule_name
+  returning s.* into v_schedule;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  return v_schedule;
+end;
 $$;
 
 drop function pgflow._claim_messages(text, text, uuid, text, bigint[], text[], int[], int);
@@ -789,5 +1002,71 @@ begin
     'event', 'flow:options_updated', 'flow_slug', flow_slug, 'changes', v_changes
   )::text);
   return v_changes;
+end;
+$$;
+
+-- Adopts a shape's description (its "inputSchema", its options, its signal steps'
+-- "payloadSchema" and, since engine 0017, its "schedules"; see pgflow.flow_descriptions) for a
+-- flow, or keeps the stored one when the shape's is older. The rule: a description the
+-- database has never seen is newer and is adopted, and so is the current one again; one it has
+-- seen but is not the current one is older, and is kept out, unless the caller adopts it
+-- explicitly (a generated migration sets pgflow.adopt_description = on for its transaction) or
+-- the database is local (pgflow.local = on: every worker's description is adopted, as in dev).
+-- Returns {"kept": false, "optionsUpdated": [...], "schedulesUpdated": [...]} or {"kept": true,
+-- "adoptedAt": <the stored description's>}. Called by ensure_flow_compiled under the flow's
+-- definition lock.
+create or replace function pgflow._adopt_flow_description(flow_slug text, shape jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_hash text := md5((jsonb_build_object(
+    'inputSchema', shape -> 'inputSchema',
+    'options', shape -> 'options',
+    'steps', (
+      select coalesce(jsonb_agg(jsonb_build_object('slug', e.step ->> 'slug', 'options', e.step -> 'options')
+          -- Since engine 0011 a signal step's payload schema too (only when there is one, so
+          -- that the descriptions of flows without signals hash as before).
+          || case when e.step ? 'payloadSchema'
+            then jsonb_build_object('payloadSchema', e.step -> 'payloadSchema') else '{}' end
+        order by e.ord), '[]'::jsonb)
+      from jsonb_array_elements(shape -> 'steps') with ordinality as e (step, ord)
+    )
+  -- Since engine 0017 its schedules too (only when it has some, so that the descriptions of
+  -- flows without schedules hash as before).
+  ) || case when shape ? 'schedules' then jsonb_build_object('schedules', shape -> 'schedules') else '{}' end
+  )::text);
+  v_current text;
+  v_adopted_at timestamptz;
+begin
+  select d.description_hash, d.adopted_at into v_current, v_adopted_at
+  from pgflow.flow_descriptions as d
+  where d.flow_slug = _adopt_flow_description.flow_slug
+  order by d.adopted_at desc, d.description_hash
+  limit 1;
+  if v_current is distinct from v_hash
+    and exists (
+      select 1 from pgflow.flow_descriptions as d
+      where d.flow_slug = _adopt_flow_description.flow_slug and d.description_hash = v_hash
+    )
+    and coalesce(current_setting('pgflow.adopt_description', true), '') <> 'on'
+    and coalesce(current_setting('pgflow.local', true), '') <> 'on'
+  then
+    return jsonb_build_object('kept', true, 'adoptedAt', v_adopted_at);
+  end if;
+
+  if v_current is distinct from v_hash then
+    -- clock_timestamp: two adoptions in one transaction (a migration file with two versions of a
+    -- flow) keep their order.
+    insert into pgflow.flow_descriptions as d (flow_slug, description_hash, first_seen_at, adopted_at)
+    values (_adopt_flow_description.flow_slug, v_hash, clock_timestamp(), clock_timestamp())
+    on conflict on constraint flow_descriptions_pkey do update set adopted_at = excluded.adopted_at;
+  end if;
+  perform pgflow._store_input_schema(flow_slug, shape);
+  perform pgflow._store_payload_schemas(flow_slug, shape);
+  return jsonb_build_object('kept', false, 'optionsUpdated', pgflow._apply_flow_options(flow_slug, shape),
+    'schedulesUpdated', pgflow._store_schedules(flow_slug, shape));
 end;
 $$;

@@ -1,12 +1,13 @@
--- Adopts a shape's description (its "inputSchema", its options and its signal steps'
--- "payloadSchema"; see pgflow.flow_descriptions) for a flow, or keeps the stored one when the
--- shape's is older. The rule: a description the
+-- Adopts a shape's description (its "inputSchema", its options, its signal steps'
+-- "payloadSchema" and, since engine 0017, its "schedules"; see pgflow.flow_descriptions) for a
+-- flow, or keeps the stored one when the shape's is older. The rule: a description the
 -- database has never seen is newer and is adopted, and so is the current one again; one it has
 -- seen but is not the current one is older, and is kept out, unless the caller adopts it
 -- explicitly (a generated migration sets pgflow.adopt_description = on for its transaction) or
 -- the database is local (pgflow.local = on: every worker's description is adopted, as in dev).
--- Returns {"kept": false, "optionsUpdated": [...]} or {"kept": true, "adoptedAt": <the stored
--- description's>}. Called by ensure_flow_compiled under the flow's definition lock.
+-- Returns {"kept": false, "optionsUpdated": [...], "schedulesUpdated": [...]} or {"kept": true,
+-- "adoptedAt": <the stored description's>}. Called by ensure_flow_compiled under the flow's
+-- definition lock.
 create function pgflow._adopt_flow_description(flow_slug text, shape jsonb)
 returns jsonb
 language plpgsql
@@ -14,7 +15,7 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_hash text := md5(jsonb_build_object(
+  v_hash text := md5((jsonb_build_object(
     'inputSchema', shape -> 'inputSchema',
     'options', shape -> 'options',
     'steps', (
@@ -26,6 +27,9 @@ declare
         order by e.ord), '[]'::jsonb)
       from jsonb_array_elements(shape -> 'steps') with ordinality as e (step, ord)
     )
+  -- Since engine 0017 its schedules too (only when it has some, so that the descriptions of
+  -- flows without schedules hash as before).
+  ) || case when shape ? 'schedules' then jsonb_build_object('schedules', shape -> 'schedules') else '{}' end
   )::text);
   v_current text;
   v_adopted_at timestamptz;
@@ -55,6 +59,7 @@ begin
   end if;
   perform pgflow._store_input_schema(flow_slug, shape);
   perform pgflow._store_payload_schemas(flow_slug, shape);
-  return jsonb_build_object('kept', false, 'optionsUpdated', pgflow._apply_flow_options(flow_slug, shape));
+  return jsonb_build_object('kept', false, 'optionsUpdated', pgflow._apply_flow_options(flow_slug, shape),
+    'schedulesUpdated', pgflow._store_schedules(flow_slug, shape));
 end;
 $$;

@@ -1,0 +1,55 @@
+-- Starts a schedule's runs for the given slots (engine 0017), each once whoever calls and however
+-- often: a slot at or before the schedule's last_slot_at is passed over, and every run carries
+-- the idempotency key "schedule:<name>:<slot in UTC>" (a race or a retry returns the run the key
+-- started). Then moves last_slot_at to the latest of the slots and passed_through (the latest
+-- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
+-- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
+-- expression; this function only keeps the promise of once per slot. Returns each slot it
+-- handled with its run and whether this call started it. Locks the schedule's row.
+create function pgflow.start_scheduled_runs(
+  flow_slug text,
+  schedule_name text,
+  slots timestamptz[],
+  passed_through timestamptz default null
+)
+returns table (slot timestamptz, run_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+  v_slot timestamptz;
+  v_run pgflow.runs;
+begin
+  select * into v_schedule from pgflow.schedules as s
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
+  for update;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  if v_schedule.paused_at is not null then
+    return;
+  end if;
+  for v_slot in
+    select distinct s from unnest(slots) as s
+    where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz)
+    order by s
+  loop
+    select * into v_run from pgflow.start_flow(
+      start_scheduled_runs.flow_slug, v_schedule.input, null,
+      format('schedule:%s:%s', start_scheduled_runs.schedule_name,
+        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+    slot := v_slot;
+    run_id := v_run.run_id;
+    created := v_run.started_at = now();
+    v_schedule.last_run_id := v_run.run_id;
+    return next;
+  end loop;
+  update pgflow.schedules as s
+  set last_slot_at = greatest(s.last_slot_at, (select max(x) from unnest(slots) as x), passed_through),
+    last_run_id = v_schedule.last_run_id
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
+end;
+$$;
