@@ -66,12 +66,26 @@ def flow(
     base_delay: int,
     timeout: int,
     input_schema: Mapping[str, Any] | None = None,
+    schedules: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The whole shape. The input schema is stored with the flow (engine 0006), not compared."""
+    """The whole shape. The input schema is stored with the flow (engine 0006), and so are its
+    schedules (engine 0017), when it has some; neither is compared."""
     return {
         "steps": list(steps),
         "options": {"maxAttempts": max_attempts, "baseDelay": base_delay, "timeout": timeout},
         **({"inputSchema": plain(input_schema)} if input_schema is not None else {}),
+        **({"schedules": [plain(s) for s in schedules]} if schedules else {}),
+    }
+
+
+def schedule(*, name: str, cron: str, input: Any, timezone: str, catch_up: str) -> dict[str, Any]:
+    """One schedule of the shape (engine 0017)."""
+    return {
+        "name": name,
+        "cron": cron,
+        "timezone": timezone,
+        "input": plain(input),
+        "catchUp": catch_up,
     }
 
 

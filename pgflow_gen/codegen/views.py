@@ -114,6 +114,8 @@ class FlowView:
     flow_options: str
     #: `input_schema={...},` for the Flow(...) call (its first line; the rest indented), or None.
     input_schema_arg: str | None
+    #: `schedules=(Schedule(...), ...),` for the Flow(...) call, or None without schedules.
+    schedules_arg: str | None
     max_concurrent: int
     shape_json: str
     route_map_json: str | None
@@ -270,6 +272,8 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         runtime_imports.append("Json")
     if any(line.startswith("options=") for lines in definitions for line in lines):
         runtime_imports.append("StepOptions")
+    if spec.schedules:
+        runtime_imports.append("Schedule")
     if spec.queue_mode == "step":
         runtime_imports += ["StepQueuedFlow", "with_step_queues"]
     runtime_imports += ["handler_import_failed", "run_main", "start_worker"]
@@ -281,7 +285,14 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         base_delay=spec.options.base_delay,
         timeout=spec.options.timeout,
         input_schema=input_schema,
-    )
+        schedules=[
+            shapes.schedule(
+                name=schedule.resolved_name(index), cron=schedule.cron, input=schedule.input,
+                timezone=schedule.timezone, catch_up=schedule.catch_up,
+            )
+            for index, schedule in enumerate(spec.schedules)
+        ],
+    )  # fmt: skip
     route_map = naming.route_map(routes) if spec.queue_mode == "step" else None
     empty_key = any(
         isinstance(decl, TypedDictDecl) and any(f.key == "" for f in decl.fields)
@@ -350,9 +361,39 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         else layout.text(
             layout.Pair("input_schema", "=", literals.value(input_schema)), indent=4, suffix=","
         ),
+        schedules_arg=_schedules_arg(spec),
         max_concurrent=spec.workers.max_concurrent,
         shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),
         route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
+    )
+
+
+def _schedules_arg(spec: model.FlowSpec) -> str | None:
+    """`schedules=(Schedule(name=..., cron=..., ...),),` for the Flow(...) call: every field
+    that differs from its default, and the name always."""
+    if not spec.schedules:
+        return None
+    calls = []
+    for index, schedule in enumerate(spec.schedules):
+        args = [
+            layout.Pair("name", "=", layout.Atom(literals.string(schedule.resolved_name(index)))),
+            layout.Pair("cron", "=", layout.Atom(literals.string(schedule.cron))),
+        ]
+        if schedule.input != {}:
+            args.append(layout.Pair("input", "=", literals.value(schedule.input)))
+        if schedule.timezone != "UTC":
+            args.append(
+                layout.Pair("timezone", "=", layout.Atom(literals.string(schedule.timezone)))
+            )
+        if schedule.catch_up != "none":
+            args.append(
+                layout.Pair("catch_up", "=", layout.Atom(literals.string(schedule.catch_up)))
+            )
+        calls.append(layout.Group("Schedule", "(", ")", tuple(args)))
+    return layout.text(
+        layout.Pair("schedules", "=", layout.Group("", "(", ")", tuple(calls))),
+        indent=4,
+        suffix=",",
     )
 
 

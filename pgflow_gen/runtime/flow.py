@@ -141,6 +141,31 @@ class Step:
         return self.step_type == "signal"
 
 
+CatchUp = Literal["none", "latest", "all"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic run of a flow (its spec's `schedules`): the workers start one run per slot of
+    `cron` (five fields, or six with the seconds last) read in `timezone`, with `input`;
+    `catch_up` decides what happens to slots missed while no worker ran (docs/schedules.md)."""
+
+    name: str
+    cron: str
+    input: Any = field(default_factory=dict)
+    timezone: str = "UTC"
+    catch_up: CatchUp = "none"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input", _frozen(self.input))
+
+    def shape(self) -> dict[str, Any]:
+        return shapes.schedule(
+            name=self.name, cron=self.cron, input=self.input, timezone=self.timezone,
+            catch_up=self.catch_up,
+        )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Flow(Generic[StepSlugT, InputT, OutputT, SignalsT]):
     """A concrete flow: slug, options and steps in topological order.
@@ -159,9 +184,12 @@ class Flow(Generic[StepSlugT, InputT, OutputT, SignalsT]):
     input_schema: Mapping[str, Any] | None = field(default=None, compare=False)
     #: Its signal steps, typed by their payloads (the generated `Signals()`).
     signals: SignalsT = field(default=cast(Any, None), compare=False)
+    #: Its periodic runs, stored with the flow when it is compiled (engine 0017).
+    schedules: tuple[Schedule, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "schedules", tuple(self.schedules))
         if self.input_schema is not None:
             object.__setattr__(self, "input_schema", _frozen(self.input_schema))
         naming.check_flow_slug(self.slug)
@@ -191,6 +219,7 @@ class Flow(Generic[StepSlugT, InputT, OutputT, SignalsT]):
             base_delay=self.options.base_delay,
             timeout=self.options.timeout,
             input_schema=self.input_schema,
+            schedules=[schedule.shape() for schedule in self.schedules],
         )
 
     def shape_json(self) -> str:

@@ -185,6 +185,35 @@ class StepSpec(_Strict):
         return "signal" if self.signal is not None else self.type
 
 
+class ScheduleSpec(_Strict):
+    """A periodic run of the flow: the workers start it (one of them per database), once per
+    slot of its cron expression."""
+
+    name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        description="How `pgflow-gen schedules` names it (default: schedule_<n>, its position"
+        " from 1); a renamed schedule starts afresh.",
+    )
+    cron: str = Field(
+        description='Five fields, minute hour day month weekday ("*/5 * * * *"), or six with'
+        " the seconds last, read by croniter."
+    )
+    input: Any = Field(
+        default_factory=dict, description="The run input, checked against the flow's input."
+    )
+    timezone: str = Field(default="UTC", description="The IANA time zone the cron is read in.")
+    catch_up: Literal["none", "latest", "all"] = Field(
+        default="none",
+        description="Slots missed while no worker ran: none (pass them over), latest (start"
+        " the latest one) or all (start each, at most 100).",
+    )
+
+    def resolved_name(self, index: int) -> str:
+        """Its name, or schedule_<n> for the schedule at `index` (from 0) of the spec."""
+        return self.name or f"schedule_{index + 1}"
+
+
 class StepWorkers(_Strict):
     max_concurrent: int | None = Field(default=None, ge=1, le=MAX_INT)
 
@@ -205,4 +234,7 @@ class FlowSpec(_Strict):
     input: TypeSchema | None = None
     options: FlowOptions = Field(default_factory=FlowOptions)
     steps: list[StepSpec] = Field(default_factory=list)
+    schedules: list[ScheduleSpec] = Field(
+        default_factory=list, description="Periodic runs, started by the workers."
+    )
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
