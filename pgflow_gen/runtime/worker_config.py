@@ -60,6 +60,8 @@ class WorkerSettings:
     metrics_port: int | None = None
     #: The address the metrics are served on.
     metrics_host: str = "0.0.0.0"
+    #: Take part in starting the flows' scheduled runs (one worker per database at a time).
+    schedules: bool = True
 
     def __post_init__(self) -> None:
         check(dataclasses.asdict(self))
@@ -81,6 +83,7 @@ class SettingKeywords(TypedDict, total=False):
     read_visibility: int | None
     metrics_port: int | None
     metrics_host: str | None
+    schedules: bool | None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,10 @@ _OPTIONS = (
     _Option(
         "notifications", _flag, lambda v: True, "on or off",
         "wake on PGMQ insert notifications, on or off (default: on)",
+    ),
+    _Option(
+        "schedules", _flag, lambda v: True, "on or off",
+        "take part in starting the flows' scheduled runs, on or off (default: on)",
     ),
     _Option(
         "recovery_interval", float, lambda v: math.isfinite(v) and v > 0, "seconds above 0",

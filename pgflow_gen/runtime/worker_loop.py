@@ -13,7 +13,9 @@ reconnects after failures:
   `requeue_stalled_tasks()`;
 - the heartbeat (`heartbeat.py`) beats at the engine's liveness rule's interval (`liveness.py`),
   never behind a result or a sweep; deprecation makes the worker drain;
-- the listener (`listener.py`) waits for PGMQ's insert notifications on this worker's queue.
+- the listener (`listener.py`) waits for PGMQ's insert notifications on this worker's queue;
+- the scheduler (`scheduler.py`) starts the flows' scheduled runs, one worker per database at a
+  time (setting `schedules`).
 
 They run in one TaskGroup under a `supervision.Supervisor`: a part that fails unexpectedly is
 logged and stops the worker, which drains and ends with `WorkerFailedError`. Results wait in
@@ -33,7 +35,7 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
@@ -46,6 +48,7 @@ from pgflow_gen.runtime.liveness import DEFAULT, Liveness
 from pgflow_gen.runtime.metrics import MetricsServer, WorkerMetrics
 from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reporter import Reporter
+from pgflow_gen.runtime.scheduler import Scheduler
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.supervision import Supervisor
@@ -88,6 +91,13 @@ class WorkerLoop:
         prepare: int | None = 5 if settings.prepared_statements else None
         self._connect: Connector = connect or functools.partial(
             PsycopgSession.connect, database_url, prepare
+        )
+        #: The flows' schedules are started from a connection of their own (a real database:
+        #: not with an injected connector, the unit tests' in-memory fake).
+        self._scheduler: Callable[[], Awaitable[None]] | None = (
+            functools.partial(Scheduler(logger).run, database_url, prepare)
+            if settings.schedules and connect is None
+            else None
         )
         #: This worker's Prometheus metrics (served when settings.metrics_port is set).
         self.metrics = WorkerMetrics(assignment.flow.slug, assignment.queue_name)
@@ -238,6 +248,11 @@ class WorkerLoop:
                 if self._notifications
                 else None
             )
+            scheduling = (
+                group.create_task(crew.guard("scheduler", self._scheduler()))
+                if self._scheduler is not None
+                else None
+            )
             try:
                 await crew.guard("poller", poller.run())
             finally:
@@ -246,6 +261,7 @@ class WorkerLoop:
                     ("sending the last results", lambda: self._last_results(reporter, reporting)),
                     ("stopping the heartbeat", lambda: _cancel(beating)),
                     ("stopping the listener", lambda: _cancel(listening)),
+                    ("stopping the scheduler", lambda: _cancel(scheduling)),
                     ("marking the worker stopped", reporter.mark_stopped),
                     ("closing the polling connection", poll_link.close),
                     ("closing the results connection", report_link.close),

@@ -264,7 +264,8 @@ def test_an_entry_files_help_describes_its_worker_and_every_flag() -> None:
     text = " ".join(shown.stdout.split())
     assert "worker of flow e2eSteps, step first, queue e2esteps__first" in text
     flags = ("--max-concurrent", "--batch-size", "--poll-interval", "--shutdown-grace",
-             "--worker-name", "--notifications", "--recovery-interval", "--prepared-statements",
+             "--worker-name", "--notifications", "--schedules", "--recovery-interval",
+             "--prepared-statements",
              "--check-outputs", "--connect-timeout", "--read-visibility", "--metrics-port",
              "--metrics-host", "--database-url")  # fmt: skip
     for flag in flags:  # each flag is explained, with its default

@@ -93,7 +93,8 @@ def test_an_unknown_setting_or_a_settings_of_another_type_is_a_config_error() ->
     assert bad.value.hint == (
         "Worker settings are batch_size, check_outputs, connect_timeout, max_concurrent,"
         " metrics_host, metrics_port, notifications, poll_interval, prepared_statements,"
-        " read_visibility, recovery_interval, shutdown_grace, worker_name (docs/workers.md)."
+        " read_visibility, recovery_interval, schedules, shutdown_grace, worker_name"
+        " (docs/workers.md)."
     )
     with pytest.raises(errors.ConfigError, match="settings must be a WorkerSettings, got dict"):
         worker_config.settings({"max_concurrent": 3}, {})  # type: ignore[arg-type]
@@ -101,20 +102,15 @@ def test_an_unknown_setting_or_a_settings_of_another_type_is_a_config_error() ->
 
 def test_every_setting_has_a_variable_and_a_flag() -> None:
     fields = {f.name for f in dataclasses.fields(WorkerSettings)}
-    environ = {f"PGFLOW_{name.upper()}": "3" for name in fields - {"notifications",
-               "prepared_statements", "check_outputs", "worker_name"}}  # fmt: skip
-    assert set(overrides([], environ)) == fields - {
-        "notifications",
-        "prepared_statements",
-        "check_outputs",
-        "worker_name",
-    }
-    flags = [f"--{name.replace('_', '-')}=on" for name in
-             ("notifications", "prepared_statements", "check_outputs")]  # fmt: skip
+    switches = {"notifications", "prepared_statements", "check_outputs", "schedules"}
+    environ = {f"PGFLOW_{name.upper()}": "3" for name in fields - switches - {"worker_name"}}
+    assert set(overrides([], environ)) == fields - switches - {"worker_name"}
+    flags = [f"--{name.replace('_', '-')}=on" for name in sorted(switches)]
     assert overrides([*flags, "--worker-name", "w"], {}) == {
         "notifications": True, "prepared_statements": True, "check_outputs": True,
-        "worker_name": "w",
+        "schedules": True, "worker_name": "w",
     }  # fmt: skip
+    assert overrides([], {"PGFLOW_SCHEDULES": "off"}) == {"schedules": False}
 
 
 def test_a_step_worker_gets_its_own_queue_and_the_complete_route_map() -> None:

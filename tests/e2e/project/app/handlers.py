@@ -18,6 +18,7 @@ from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
 from app.pgflow.e2e_metered import Input as MeteredInput
 from app.pgflow.e2e_plain import Input as PlainInput
 from app.pgflow.e2e_plain import WrapUpDeps
+from app.pgflow.e2e_scheduled import Input as ScheduledInput
 from app.pgflow.e2e_steps import FirstOutput, Input, SecondDeps
 from app.pgflow.e2e_timeouts import Input as TimeoutsInput
 from pgflow_gen.runtime import Context, PermanentError
@@ -115,4 +116,8 @@ def hold_for(flow_input: CappedInput, ctx: Context[CappedInput], /) -> float:
 
 
 def metered(flow_input: MeteredInput, ctx: Context[MeteredInput], /) -> int:
+    return flow_input["n"]
+
+
+def tick(flow_input: ScheduledInput, ctx: Context[ScheduledInput], /) -> int:
     return flow_input["n"]

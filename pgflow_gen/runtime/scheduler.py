@@ -1,0 +1,184 @@
+"""The scheduler: starts the runs of every flow's schedules in the database, from each worker
+process (setting `schedules`), one elected per tick.
+
+Each tick is one transaction: `pg_try_advisory_xact_lock` elects one scheduler across every
+worker (the others read the schedules only to know when to wake), which asks `schedules.due`
+what to start and calls `pgflow.start_scheduled_runs` for it. The engine's promise (one run per
+slot, by the slot's idempotency key and the schedule's last slot) holds whoever ticks, so an
+election lost or doubled by a network partition costs a wasted call, never a second run. A
+transaction-scoped lock works behind a transaction pooler (PgBouncer), where a session's lock
+would not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgflow_gen.runtime import schedules
+from pgflow_gen.runtime.links import primary_message
+
+#: Advisory lock keys in namespace 2 (session.LOCK_NAMESPACE); 3 and 4 are taken.
+LOCK_NAMESPACE = 2
+SCHEDULER_LOCK = 5
+#: The longest a scheduler sleeps: it then reads the schedules again (new, changed, resumed).
+MAX_SLEEP_S = 10.0
+#: How long it waits after losing the database.
+RETRY_S = 5.0
+#: While the database has no schedule, the scheduler holds no connection and looks again this
+#: often (on a connection of that moment); a new schedule's slots count from when it was stored.
+IDLE_CHECK_S = 30.0
+#: Past a slot's time before it ticks, so that the slot is due (clocks differ a little).
+WAKE_MARGIN_S = 0.05
+
+ELECT: LiteralString = "select pg_try_advisory_xact_lock(%s, %s) as elected"
+SCHEDULES: LiteralString = (
+    "select flow_slug, schedule_name as name, cron, timezone, catch_up, last_slot_at,"
+    " created_at, paused_at is not null as paused from pgflow.schedules"
+)
+START: LiteralString = (
+    "select slot, run_id, created from pgflow.start_scheduled_runs(%s, %s, %s, %s)"
+)
+
+Clock = Callable[[], datetime.datetime]
+
+
+def wall_clock() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Scheduler:
+    """Ticks until stopped (see the module docstring)."""
+
+    def __init__(self, logger: logging.Logger, clock: Clock = wall_clock) -> None:
+        self.log = logger
+        self.clock = clock
+        #: (flow, schedule, cron) whose expression croniter refused: said once.
+        self._refused: set[tuple[str, str, str]] = set()
+        #: (flow, schedule, error) the engine refused: said once until it works again.
+        self._failing: dict[tuple[str, str], str] = {}
+        #: How many schedules the last tick read (paused ones included).
+        self.schedules_seen = 0
+
+    async def tick(self, conn: psycopg.AsyncConnection[Any]) -> float:
+        """One tick on `conn` (autocommit); the seconds until the next slot of any schedule."""
+        now = self.clock()
+        wake = MAX_SLEEP_S
+        async with conn.transaction():
+            cursor = await conn.execute(ELECT, (LOCK_NAMESPACE, SCHEDULER_LOCK))
+            row = await cursor.fetchone()
+            elected = bool(row and row[0])
+            async with conn.cursor(row_factory=dict_row) as cur:
+                rows = await (await cur.execute(SCHEDULES)).fetchall()
+            self.schedules_seen = len(rows)
+            for row in rows:
+                if row["paused"]:
+                    continue
+                schedule = schedules.Schedule(**{k: v for k, v in row.items() if k != "paused"})
+                try:
+                    plan = schedules.due(schedule, now)
+                    upcoming = schedules.next_slot(schedule, now)
+                except (ValueError, KeyError) as exc:
+                    self._say_refused(schedule, exc)
+                    continue
+                wake = min(wake, max(0.0, (upcoming - now).total_seconds()))
+                if elected and plan.passed_through is not None:
+                    await self._start(conn, schedule, plan)
+        return wake
+
+    async def _start(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        schedule: schedules.Schedule,
+        plan: schedules.Plan,
+    ) -> None:
+        key = (schedule.flow_slug, schedule.name)
+        try:
+            async with conn.transaction():  # a savepoint: one schedule's failure is its own
+                started = await (
+                    await conn.execute(
+                        START,
+                        (schedule.flow_slug, schedule.name, plan.slots, plan.passed_through),
+                    )
+                ).fetchall()
+        except psycopg.Error as exc:
+            message = exc.diag.message_primary or str(exc)
+            if self._failing.get(key) != message:
+                self._failing[key] = message
+                self.log.error(
+                    "schedule %s of flow %s could not start its runs: %s",
+                    schedule.name, schedule.flow_slug, message,
+                )  # fmt: skip
+            return
+        self._failing.pop(key, None)
+        for slot, run_id, created in started:
+            if created:
+                self.log.info(
+                    "schedule %s of flow %s started run %s for %s",
+                    schedule.name, schedule.flow_slug, run_id, slot.isoformat(),
+                )  # fmt: skip
+        if plan.passed_over:
+            self.log.warning(
+                "schedule %s of flow %s passed over %s%d missed slot(s) (catch_up: %s)",
+                schedule.name, schedule.flow_slug,
+                "at least " if plan.more_passed_over else "", plan.passed_over,
+                schedule.catch_up,
+            )  # fmt: skip
+
+    def _say_refused(self, schedule: schedules.Schedule, exc: Exception) -> None:
+        key = (schedule.flow_slug, schedule.name, schedule.cron)
+        if key not in self._refused:
+            self._refused.add(key)
+            self.log.error(
+                "schedule %s of flow %s has a cron expression or time zone this scheduler"
+                " cannot read (%r, %s): %s; it starts nothing until its spec is fixed",
+                schedule.name, schedule.flow_slug, schedule.cron, schedule.timezone, exc,
+            )  # fmt: skip
+
+    async def run(self, database_url: str, prepare_threshold: int | None) -> None:
+        """Tick until cancelled, on a connection of its own while the database has schedules
+        (none otherwise: it looks again every IDLE_CHECK_S), reconnecting after it is lost
+        (said once per outage). Returns at once when the engine has no schedules (before 0017)."""
+        conn: psycopg.AsyncConnection[Any] | None = None
+        down = False
+        try:
+            while True:
+                try:
+                    if conn is None or conn.closed:
+                        conn = await psycopg.AsyncConnection.connect(
+                            database_url, autocommit=True, prepare_threshold=prepare_threshold
+                        )
+                    wait = await self.tick(conn)
+                    if down:
+                        self.log.info("scheduler: connected again")
+                    down = False
+                    if self.schedules_seen == 0:  # nothing to start: hold no connection
+                        await conn.close()
+                        conn = None
+                        wait = IDLE_CHECK_S
+                except psycopg.errors.UndefinedTable:
+                    self.log.info("scheduler: this engine has no schedules (before 0017); off")
+                    return
+                except psycopg.OperationalError as exc:
+                    if not down:
+                        self.log.warning(
+                            "scheduler: lost the database (%s); trying again every %g s",
+                            primary_message(exc), RETRY_S,
+                        )  # fmt: skip
+                    down = True
+                    wait = RETRY_S
+                    if conn is not None:
+                        await conn.close()
+                        conn = None
+                await asyncio.sleep(
+                    wait if conn is None else min(MAX_SLEEP_S, wait + WAKE_MARGIN_S)
+                )
+        finally:
+            if conn is not None:
+                await conn.close()
