@@ -18,7 +18,18 @@ from collections.abc import Sequence
 import psycopg
 
 from pgflow_gen import naming
-from pgflow_gen.cli import control, dashboard, db, dev, limits, prune, runs, signals, specs
+from pgflow_gen.cli import (
+    control,
+    dashboard,
+    db,
+    dev,
+    limits,
+    prune,
+    runs,
+    schedules,
+    signals,
+    specs,
+)
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import (
     EXIT_BROKEN_PIPE,
@@ -129,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     commands = cli_parser.Commands(parser.add_subparsers(title="commands"))
 
-    for group in (specs, dev, db, runs, control, limits, signals, prune, dashboard):
+    for group in (specs, dev, db, runs, control, limits, schedules, signals, prune, dashboard):
         group.register(commands)
     cli_parser.accept_everywhere(parser, "--debug", help="show the traceback of an internal error")
     return parser

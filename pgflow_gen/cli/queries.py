@@ -161,6 +161,25 @@ HAS_STEP_PAUSES: Final[LiteralString] = (
 RETRY_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
 )
+#: () -> whether the engine has schedules ("present"; engine 0017).
+HAS_SCHEDULES: Final[LiteralString] = (
+    "select to_regclass('pgflow.schedules') is not null as present"
+)
+#: (flow slug or NULL, twice) -> every schedule (of that flow) with its last run's status.
+SCHEDULES: Final[LiteralString] = (
+    "select s.flow_slug, s.schedule_name, s.cron, s.timezone, s.catch_up, s.input, s.paused_at,"
+    " s.last_slot_at, s.last_run_id, r.status as last_run_status"
+    " from pgflow.schedules as s left join pgflow.runs as r on r.run_id = s.last_run_id"
+    " where %s::text is null or s.flow_slug = %s order by s.flow_slug, s.schedule_name"
+)
+#: (flow slug) -> its schedules' names.
+SCHEDULE_NAMES: Final[LiteralString] = (
+    "select schedule_name from pgflow.schedules where flow_slug = %s order by schedule_name"
+)
+#: (flow, name) -> the schedule paused (engine 0017).
+PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
+#: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).
+RESUME_SCHEDULE: Final[LiteralString] = "select * from pgflow.resume_schedule(%s, %s)"
 #: () -> whether the engine has step limits ("present"; engine 0017).
 HAS_STEP_LIMITS: Final[LiteralString] = (
     "select to_regproc('pgflow.step_limit_usage') is not null as present"
