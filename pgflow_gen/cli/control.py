@@ -278,14 +278,7 @@ def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_
     """Raise UsageError unless the compiled flow has the step, naming a near one."""
     runs.require_flow(conn, flow_slug)
     known = [r["step_slug"] for r in conn.execute(cli_queries.STEP_SLUGS, (flow_slug,))]
-    if step_slug in known:
-        return
-    near = runs.near_match(step_slug, known)
-    listed = f"Steps of {flow_slug}: {', '.join(known)}."
-    raise UsageError(
-        f'Flow "{flow_slug}" has no step "{step_slug}".',
-        hint=f'Did you mean "{near}"? Slugs are exact. {listed}' if near else listed,
-    )
+    runs.require_member(flow_slug, "step", step_slug, known, exact="Slugs")
 
 
 def _pause(args: argparse.Namespace) -> int:

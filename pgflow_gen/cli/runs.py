@@ -126,6 +126,21 @@ def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> No
     )
 
 
+def require_member(
+    flow_slug: str, kind: str, name: str, known: list[str], exact: str = "Names"
+) -> None:
+    """Raise UsageError unless `name` is among the flow's `known` ones of `kind` ("step",
+    "schedule"), naming a near one and listing them all (`exact`: what is exact, "Slugs")."""
+    if name in known:
+        return
+    near = near_match(name, known)
+    listed = f"{kind.capitalize()}s of {flow_slug}: {', '.join(known) or '(none)'}."
+    raise UsageError(
+        f'Flow "{flow_slug}" has no {kind} "{name}".',
+        hint=f'Did you mean "{near}"? {exact} are exact. {listed}' if near else listed,
+    )
+
+
 def near_match(slug: str, known: list[str]) -> str | None:
     """The known slug `slug` is most likely a typo of: the same but for case, else the closest."""
     near = [candidate for candidate in known if candidate.lower() == slug.lower()]

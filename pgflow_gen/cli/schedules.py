@@ -78,14 +78,7 @@ def _schedules(args: argparse.Namespace) -> int:
 
 def _require_schedule(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, name: str) -> None:
     known = [r["schedule_name"] for r in conn.execute(cli_queries.SCHEDULE_NAMES, (flow_slug,))]
-    if name in known:
-        return
-    near = runs.near_match(name, known)
-    listed = f"Schedules of {flow_slug}: {', '.join(known) or '(none)'}."
-    raise UsageError(
-        f'Flow "{flow_slug}" has no schedule "{name}".',
-        hint=f'Did you mean "{near}"? Names are exact. {listed}' if near else listed,
-    )
+    runs.require_member(flow_slug, "schedule", name, known)
 
 
 def _next(row: dict[str, Any]) -> datetime.datetime | None:
