@@ -137,15 +137,16 @@ def test_unmatched_and_wrong_route_messages_warn_stay_and_valid_work_continues(
     run_id = db.start("e2eSteps", {"n": 3})
     db.finished(run_id)
     wrong_route = db.task(run_id, "second")
-    stray = [
-        db.value("select pgmq.send(%s, '{\"hello\": 1}'::jsonb)", FIRST),
-        db.value(
-            "select pgmq.send(%s, jsonb_build_object('flow_slug', 'e2eSteps', 'run_id', %s::uuid,"
-            " 'step_slug', 'second', 'task_index', 0))",
-            FIRST,
-            wrong_route["run_id"],
-        ),
-    ]
+    with db.conn.transaction():  # both visible at once, so that one read takes both
+        stray = [
+            db.value("select pgmq.send(%s, '{\"hello\": 1}'::jsonb)", FIRST),
+            db.value(
+                "select pgmq.send(%s, jsonb_build_object('flow_slug', 'e2eSteps', 'run_id',"
+                " %s::uuid, 'step_slug', 'second', 'task_index', 0))",
+                FIRST,
+                wrong_route["run_id"],
+            ),
+        ]
     workers.started[0].wait_for_log(f"unclaimed, ids {stray[0]}, {stray[1]}")
     assert set(stray) <= set(db.queue_ids(FIRST))
     after = db.start("e2eSteps", {"n": 5})
