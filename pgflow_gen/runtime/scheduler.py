@@ -78,9 +78,9 @@ class Scheduler:
                 rows = await (await cur.execute(SCHEDULES)).fetchall()
             self.schedules_seen = len(rows)
             for row in rows:
-                if row["paused"]:
+                schedule = schedules.Schedule(**row)
+                if schedule.paused:
                     continue
-                schedule = schedules.Schedule(**{k: v for k, v in row.items() if k != "paused"})
                 try:
                     plan = schedules.due(schedule, now)
                     upcoming = schedules.next_slot(schedule, now)
