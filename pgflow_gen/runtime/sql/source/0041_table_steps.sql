@@ -22,6 +22,10 @@ create table pgflow.steps (
   when_exhausted text not null default 'fail',
   created_at timestamptz not null default now(),
   payload_schema jsonb,
+  -- Fair concurrency per key (engine 0018; pgflow.concurrency_keys): a JSON path into the run's
+  -- input whose value keys each task, and how many tasks of one key may hold a message at once.
+  opt_concurrency_key text,
+  opt_concurrency_limit int,
   primary key (flow_slug, step_slug),
   constraint steps_step_index_is_unique unique (flow_slug, step_index),
   constraint step_slug_is_valid check (pgflow.is_valid_slug(step_slug)),
@@ -44,6 +48,9 @@ create table pgflow.steps (
   ),
   constraint when_unmet_is_known check (when_unmet in ('fail', 'skip', 'skip-cascade')),
   constraint when_exhausted_is_known check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
+  constraint opt_concurrency_is_whole check (
+    (opt_concurrency_key is null) = (opt_concurrency_limit is null) and coalesce(opt_concurrency_limit, 1) >= 1
+  ),
   constraint payload_schema_is_a_signal_schema check (
     payload_schema is null or (step_type = 'signal' and jsonb_typeof(payload_schema) = 'object')
   )

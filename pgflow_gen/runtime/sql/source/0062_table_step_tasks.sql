@@ -28,6 +28,9 @@ create table pgflow.step_tasks (
   -- When the worker of the current attempt last said it still holds the task's result (engine
   -- 0008): a result it cannot send yet (a lock, a slow database) keeps its lease.
   lease_renewed_at timestamptz,
+  -- The value of its step's concurrency key in the run's input (engine 0018), as text; null for
+  -- a step without one. A keyed task without a message is parked (pgflow.parked_tasks).
+  concurrency_key text,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')

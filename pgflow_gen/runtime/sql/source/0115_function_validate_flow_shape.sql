@@ -49,14 +49,23 @@ begin
       using errcode = '22023';
   end if;
 
-  -- Options must be whole numbers (flow options, then each step's).
+  -- Options must be whole numbers (flow options, then each step's), but for a step's
+  -- concurrency key, a JSON path (engine 0018).
   for v_option in
     select o.key, o.value from jsonb_each(coalesce(shape -> 'options', '{}')) as o
     union all
     select o.key, o.value
     from jsonb_array_elements(shape -> 'steps') as s, jsonb_each(coalesce(s.value -> 'options', '{}')) as o
   loop
-    if jsonb_typeof(v_option.value) <> 'number' or v_option.value::text !~ '^-?[0-9]+$' then
+    if v_option.key = 'concurrencyKey' and jsonb_typeof(v_option.value) = 'string' then
+      begin
+        perform (v_option.value #>> '{}')::jsonpath;
+      exception when syntax_error then
+        raise exception 'Invalid flow shape: option "concurrencyKey" must be a JSON path into the run''s input, such as "$.tenant_id", got %.',
+          v_option.value
+          using errcode = '22023';
+      end;
+    elsif jsonb_typeof(v_option.value) <> 'number' or v_option.value::text !~ '^-?[0-9]+$' then
       raise exception 'Invalid flow shape: option "%" must be a whole number, got %.', v_option.key, v_option.value
         using errcode = '22023';
     end if;

@@ -1,9 +1,9 @@
 -- Moves every ready step of a run (created, no remaining dependencies) forward, in step order:
 -- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
--- tasks, or starts it (tasks + one message each). A signal step completes with the signal it
--- received early, or starts waiting for one (no task, no message). Skips and instant completions
--- can ready more steps, so it repeats until a pass changes nothing but starts. A run that started
--- nothing may be finished, so then it tries to complete it.
+-- tasks, or starts it (tasks + one message each; a keyed step's tasks are parked, engine 0018). A
+-- signal step completes with the signal it received early, or starts waiting for one (no task, no
+-- message). Skips and instant completions can ready more steps, so it repeats until a pass changes
+-- nothing but starts. A run that started nothing may be finished, so then it tries to complete it.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
 returns boolean
@@ -22,7 +22,8 @@ begin
     v_again := false;
     for v_step in
       select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
-        s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input
+        s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input,
+        s.opt_concurrency_key
       from pgflow.step_states as ss
       join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
       join pgflow.runs as r on r.run_id = ss.run_id
@@ -98,8 +99,16 @@ begin
       set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
       where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug and ss.status = 'created';
       continue when not found;
-      perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
-        v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
+      if v_step.opt_concurrency_key is null then
+        perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
+          v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
+      else
+        -- A keyed step's tasks are parked under their key's value (engine 0018); they get their
+        -- messages as their key has room, when this transaction commits.
+        perform pgflow._park_keyed_tasks(v_step.flow_slug, v_step.step_slug, v_step.queue_name,
+          v_step.opt_concurrency_key, coalesce(v_step.opt_start_delay, 0), array[run_id],
+          array[v_step.initial_tasks]);
+      end if;
       perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
       v_started := true;
     end loop;

@@ -6,7 +6,10 @@
 -- claimed before keep the timeout of their claim. Since engine 0017 a step's options may hold its
 -- limits (maxInFlight, rateLimit, ratePeriod; pgflow.step_limits): a step that has some gets
 -- exactly those (set by the spec), a step without loses the ones a spec set before, and keeps
--- the ones an operator set. Called by _adopt_flow_description under the flow's definition lock.
+-- the ones an operator set. Since engine 0018 a step's options may hold its concurrency key
+-- (concurrencyKey, a JSON path into the run's input, and concurrencyLimit, the tasks of one key
+-- that may hold a message at once): new tasks take them; tasks parked before keep their key and
+-- take the new limit. Called by _adopt_flow_description under the flow's definition lock.
 create function pgflow._apply_flow_options(flow_slug text, shape jsonb)
 returns jsonb
 language plpgsql
@@ -59,11 +62,31 @@ begin
         array[(e.step #>> '{options,maxInFlight}')::int, (e.step #>> '{options,rateLimit}')::int,
               (e.step #>> '{options,ratePeriod}')::int]
       ) with ordinality as o (option, current, declared, ord)
+  ),
+  keyed as (
+    -- A step's concurrency key and its limit per key (engine 0018): the spec's, or none.
+    select s.step_slug, s.step_index, o.option, 7 + o.ord as ord, o.current, o.wanted
+    from jsonb_array_elements(shape -> 'steps') as e (step)
+    join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug',
+      unnest(
+        array['concurrencyKey', 'concurrencyLimit'],
+        array[to_jsonb(s.opt_concurrency_key), to_jsonb(s.opt_concurrency_limit)],
+        array[nullif(e.step #> '{options,concurrencyKey}', 'null'),
+              nullif(e.step #> '{options,concurrencyLimit}', 'null')]
+      ) with ordinality as o (option, current, wanted, ord)
   )
   select jsonb_agg(jsonb_build_object('step', w.step_slug, 'option', w.option, 'from', w.current, 'to', w.wanted)
       order by w.step_index, w.ord)
   into v_changes
-  from (select * from wanted union all select * from limited) as w
+  from (
+    select w.step_slug, w.step_index, w.option, w.ord, to_jsonb(w.current) as current,
+      to_jsonb(w.wanted) as wanted
+    from wanted as w
+    union all
+    select l.step_slug, l.step_index, l.option, l.ord, to_jsonb(l.current), to_jsonb(l.wanted) from limited as l
+    union all
+    select * from keyed
+  ) as w
   where w.current is distinct from w.wanted;
 
   -- A spec that limits a step owns its limits, even when they are the ones an operator set.
@@ -84,9 +107,23 @@ begin
   set opt_max_attempts = (e.step #>> '{options,maxAttempts}')::int,
     opt_base_delay = (e.step #>> '{options,baseDelay}')::int,
     opt_timeout = (e.step #>> '{options,timeout}')::int,
-    opt_start_delay = (e.step #>> '{options,startDelay}')::int
+    opt_start_delay = (e.step #>> '{options,startDelay}')::int,
+    opt_concurrency_key = e.step #>> '{options,concurrencyKey}',
+    opt_concurrency_limit = (e.step #>> '{options,concurrencyLimit}')::int
   from jsonb_array_elements(shape -> 'steps') as e (step)
   where s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug';
+  -- The keys of a step whose limit per key changed are settled anew when this commits: their
+  -- parked tasks take the room a higher limit (or none) gives.
+  insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, parked)
+  select k.flow_slug, k.step_slug, k.concurrency_key, true
+  from pgflow.concurrency_keys as k
+  where k.flow_slug = _apply_flow_options.flow_slug and k.step_slug in (
+    select x ->> 'step' from jsonb_array_elements(v_changes) as x
+    where x ->> 'option' in ('concurrencyKey', 'concurrencyLimit')
+  );
+  if found then
+    perform set_config('pgflow.concurrency_events', 'pending', true);
+  end if;
   perform pgflow._put_step_limits(flow_slug, c.step,
     case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,maxInFlight}')::int end,
     case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,rateLimit}')::int end,

@@ -91,6 +91,10 @@ begin
       ) else output end) then
     perform pgflow._advance_run(run_id);
   end if;
+  -- The place a keyed task freed goes to its key's next parked task now (engine 0018).
+  if current_setting('pgflow.concurrency_passes', true) = 'pending' then
+    perform pgflow._pass_concurrency_places();
+  end if;
 
   perform pgmq.archive(v_task.queue_name, v_task.message_id);
   return next v_task;

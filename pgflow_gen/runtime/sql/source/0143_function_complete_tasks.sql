@@ -1,24 +1,23 @@
 -- Completes a batch of tasks in one call, as complete_task would one after another (a worker
 -- reports the results it collected together). Returns each task's row afterwards, in input order.
 --
--- The common case is done set-based, a handful of statements for the whole batch: a started task
--- of a single step whose children are all plain single steps (no condition, not a map). Its step
+-- The common case is done set-based, a handful of statements for the whole batch: a started task of
+-- a single step whose children are all plain single steps (no condition, not a map). Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
--- the batch), the tasks' messages are archived (one call per queue), and runs with no step left
--- complete. So are the tasks of a map step that has more tasks left than the batch holds of it
--- (engine 0014): they only count their step down. Every other task (a map task that may finish
--- its step, a step with a conditional or map child, a late callback of a finished run) goes
--- through complete_task, after the set-based ones, in input order; so does a batch that names a
--- task twice, and a batch of one (complete_task is cheaper for a single task). `attempts` fences
--- each result as complete_task's `attempt` does: a stale one changes nothing and its row comes
--- back unchanged.
+-- the batch; a child with a concurrency key, engine 0018, is not plain), the tasks' messages are
+-- archived (one call per queue), and runs with no step left complete. So are the tasks of a map
+-- step that has more tasks left than the batch holds of it (engine 0014): they only count their
+-- step down. Every other task (a map task that may finish its step, a step with a conditional or
+-- map child, a late callback of a finished run) goes through complete_task, after the set-based
+-- ones, in input order; so does a batch that names a task twice, and a batch of one (complete_task
+-- is cheaper for a single task). `attempts` fences each result as complete_task's `attempt` does: a
+-- stale one changes nothing and its row comes back unchanged.
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
--- step state and task of the batch first, in key order, so concurrent batches cannot deadlock.
--- The rows locked are updated by their row ids (ctid; stable while we hold the lock), and the
--- planner settings keep every plan index-driven and its joins in the written order: these tables
--- grow from empty faster than autovacuum analyses them, and a sequential scan per batch would
--- grow with them.
+-- step state and task of the batch first, in key order, so concurrent batches cannot deadlock. The
+-- rows locked are updated by their row ids (ctid; stable while we hold the lock), and the planner
+-- settings keep every plan index-driven and its joins in the written order: these tables grow from
+-- empty faster than autovacuum analyses them, and a sequential scan per batch would grow with them.
 create function pgflow.complete_tasks(
   run_ids uuid[], step_slugs text[], task_indexes int[], outputs jsonb[], attempts int[]
 )
@@ -85,7 +84,7 @@ begin
         join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
         where d.flow_slug = s.flow_slug and d.dep_slug = s.step_slug
           and (c.step_type <> 'single' or c.required_input_pattern is not null
-            or c.forbidden_input_pattern is not null)
+            or c.forbidden_input_pattern is not null or c.opt_concurrency_key is not null)
       ) as plain
     -- Joined in this order (join_collapse_limit), each by its whole key: a task by the key
     -- the caller sends, never by its step alone (a big map step has thousands).
@@ -327,6 +326,10 @@ begin
     foreach i in array v_general loop
       perform pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i], outputs[i], v_attempts[i]);
     end loop;
+  end if;
+  -- The places keyed tasks freed go to their keys' next parked tasks now (engine 0018).
+  if current_setting('pgflow.concurrency_passes', true) = 'pending' then
+    perform pgflow._pass_concurrency_places();
   end if;
 
   return query

@@ -106,27 +106,33 @@ begin
       -- Every root step starts with one task in every new run: one message insert per root
       -- step, its task rows paired with their messages by the task key the message carries.
       for v_root in
-        select s.step_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as delay
+        select s.step_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as delay, s.opt_concurrency_key
         from pgflow.steps as s
         where s.flow_slug = start_flows.flow_slug and s.deps_count = 0
         order by s.step_index
       loop
-        execute format(
-          $q$
-            with sent as (
-              insert into pgmq.%I (vt, message)
-              select clock_timestamp() + make_interval(secs => $1),
-                jsonb_build_object('flow_slug', $2, 'run_id', r.run_id, 'step_slug', $3, 'task_index', 0)
-              from unnest($4::uuid[]) as r (run_id)
-              returning msg_id, message
-            )
-            insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
-            select (s.message ->> 'run_id')::uuid, $2, $3, 0, s.msg_id, $5
-            from sent as s
-          $q$,
-          pgflow.pgmq_table_name(v_root.queue_name)
-        )
-        using v_root.delay, flow_slug, v_root.step_slug, v_new, v_root.queue_name;
+        if v_root.opt_concurrency_key is not null then
+          -- A keyed root step's tasks are parked under their key's value (engine 0018).
+          perform pgflow._park_keyed_tasks(flow_slug, v_root.step_slug, v_root.queue_name,
+            v_root.opt_concurrency_key, v_root.delay, v_new, array_fill(1, array[cardinality(v_new)]));
+        else
+          execute format(
+            $q$
+              with sent as (
+                insert into pgmq.%I (vt, message)
+                select clock_timestamp() + make_interval(secs => $1),
+                  jsonb_build_object('flow_slug', $2, 'run_id', r.run_id, 'step_slug', $3, 'task_index', 0)
+                from unnest($4::uuid[]) as r (run_id)
+                returning msg_id, message
+              )
+              insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
+              select (s.message ->> 'run_id')::uuid, $2, $3, 0, s.msg_id, $5
+              from sent as s
+            $q$,
+            pgflow.pgmq_table_name(v_root.queue_name)
+          )
+          using v_root.delay, flow_slug, v_root.step_slug, v_new, v_root.queue_name;
+        end if;
         perform pg_notify(
           'pgflow_run_' || replace(r.run_id::text, '-', ''),
           json_build_object('event', 'step:started', 'run_id', r.run_id, 'step_slug', v_root.step_slug,
