@@ -28,11 +28,14 @@ def step(
     max_in_flight: int | None = None,
     rate_limit: int | None = None,
     rate_period: int | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
     payload_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One step of the shape; options only when set (they are not compared), its limits among
-    them (engine 0017), and a signal step's payload schema (stored with the flow since engine
-    0011, not compared)."""
+    them (engine 0017) and its concurrency key (engine 0018), and a signal step's payload schema
+    (stored with the flow since engine 0011, not compared)."""
+    options: dict[str, Any]
     options = {
         key: value
         for key, value in (
@@ -43,6 +46,8 @@ def step(
             ("maxInFlight", max_in_flight),
             ("rateLimit", rate_limit),
             ("ratePeriod", rate_period),
+            ("concurrencyKey", concurrency_key),
+            ("concurrencyLimit", concurrency_limit),
         )
         if value is not None
     }

@@ -534,6 +534,8 @@ def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str
         max_in_flight=options.get("max_in_flight"),
         rate_limit=options.get("rate_limit"),
         rate_period=options.get("rate_period"),
+        concurrency_key=step.concurrency.key if step.concurrency else None,
+        concurrency_limit=step.concurrency.max_in_flight if step.concurrency else None,
         payload_schema=None if step.signal is None else _schema(step.signal.payload) or {},
     )
 
@@ -587,6 +589,11 @@ def _step_definition(step: model.StepSpec) -> tuple[layout.Expr, ...]:
         for key, value in _engine_options(step).items()
         if value is not None
     ) + _retry_not_on(step.options.retry)
+    if step.concurrency is not None:
+        options += (
+            arg("concurrency_key", quoted(step.concurrency.key)),
+            arg("concurrency_limit", layout.Atom(str(step.concurrency.max_in_flight))),
+        )
     if options:
         args.append(arg("options", layout.Group("StepOptions", "(", ")", options)))
     output = _schema(step.output)

@@ -72,6 +72,10 @@ class StepOptions:
     max_in_flight: int | None = None
     rate_limit: int | None = None
     rate_period: int | None = None
+    #: Fair concurrency per key (engine 0018): a JSON path into the run input, and how many
+    #: tasks of one value of it may be queued or running at once. None: no key.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class Step:
             max_in_flight=self.options.max_in_flight,
             rate_limit=self.options.rate_limit,
             rate_period=self.options.rate_period,
+            concurrency_key=self.options.concurrency_key,
+            concurrency_limit=self.options.concurrency_limit,
             # Always for a signal step ({}: any JSON), so that a schema removed from the spec
             # is removed from the database too.
             payload_schema=(self.payload_schema or {}) if self.is_signal else None,

@@ -109,6 +109,19 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
             if schema is not None:
                 yield from _schema_problems(schema, ("steps", index, *at), problem, step=index)
 
+        if step.concurrency is not None and not re.fullmatch(
+            model.CONCURRENCY_KEY_PATTERN, step.concurrency.key
+        ):
+            yield problem(
+                "invalid_concurrency_key",
+                f'Step "{step.slug}" has a concurrency key that is not a JSON path:'
+                f" {excerpt(repr(step.concurrency.key))}.",
+                ("steps", index, "concurrency", "key"),
+                hint='Start at the run input with "$", then name fields and indexes, such as'
+                ' "$.tenant_id" or "$.account.ids[0]".',
+                step=index,
+            )
+
     if spec.input is not None:
         yield from _schema_problems(spec.input, ("input",), problem)
     yield from _schedule_problems(spec, problem)
@@ -158,6 +171,7 @@ SIGNAL_STEP_KEYS = {
     "array": "A signal step is a single step: map its payload in a step that depends on it.",
     "output": 'Its output is the payload it receives: describe it in "signal.payload".',
     "options": 'It runs no task: set how long it waits with "signal.timeout".',
+    "concurrency": "It runs no task: limit the steps that depend on it instead.",
 }
 
 
@@ -181,6 +195,7 @@ def _signal_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator
         "options": bool(step.options.model_fields_set),
         "type": step.type != "single",
         "array": step.array is not None,
+        "concurrency": step.concurrency is not None,
     }
     for key, hint in SIGNAL_STEP_KEYS.items():
         if present[key]:

@@ -138,6 +138,26 @@ class StepOptions(_Strict):
         return options
 
 
+#: The JSON paths a concurrency key may be: `$`, then `.name` and `[index]` parts.
+CONCURRENCY_KEY_PATTERN = r"\$(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]+\])*"
+
+
+class Concurrency(_Strict):
+    """Fair concurrency per key: each value of `key` in the run input gets its own
+    `max_in_flight` tasks of the step; the others of that value wait their turn, without a
+    queue message, so one value's backlog never delays another's work."""
+
+    key: str = Field(
+        description='A JSON path into the run input, such as "$.tenant_id" or "$.account.id";'
+        " a run without it counts under the empty key.",
+    )
+    max_in_flight: int = Field(
+        ge=1,
+        le=MAX_INT,
+        description="Tasks of one key value queued or running at once, across every worker.",
+    )
+
+
 class SignalSpec(_Strict):
     """A signal step runs no handler: it waits until `pgflow-gen signal` or
     `Client.send_signal` gives it a payload, which becomes its output."""
@@ -179,6 +199,9 @@ class StepSpec(_Strict):
     )
     output: TypeSchema | None = None
     options: StepOptions = Field(default_factory=StepOptions)
+    concurrency: Concurrency | None = Field(
+        default=None, description="At most `max_in_flight` tasks per value of `key` at once."
+    )
 
     @property
     def step_type(self) -> Literal["single", "map", "signal"]:
