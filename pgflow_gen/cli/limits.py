@@ -137,7 +137,11 @@ def _limits(args: argparse.Namespace) -> int:
         return EXIT_OK
     where = f"step {args.step_slug} of {args.flow_slug}"
     print(f"{where}: {_describe(after)}" if after else f"{where}: no limits now")
-    if before is not None and before["set_by"] == "spec":
+    if (
+        before is not None
+        and before["set_by"] == "spec"
+        and (before["max_in_flight"] is not None or before["rate_limit"] is not None)
+    ):
         print(
             "note: the flow's spec sets this step's limits; applying its migration again"
             " (`pgflow-gen db apply`) sets the spec's",
@@ -169,7 +173,17 @@ def _describe(limits: dict[str, Any]) -> str:
             f"at most {limits['rate_limit']} starts per {limits['rate_period_s']} s"
             f" ({limits['window_starts']} in the last {limits['rate_period_s']} s)"
         )
+    if limits.get("limit_per_key") is not None:
+        parts.append(_per_key(limits))
     return ", ".join(parts) + f"; set by the {limits['set_by']}"
+
+
+def _per_key(limits: dict[str, Any]) -> str:
+    """A keyed step's limit per key and its use: "at most 2 per $.tenant (1 key waiting)"."""
+    return (
+        f"at most {limits['limit_per_key']} per {limits['key_path']}"
+        f" ({limits['keys_waiting']} key{'' if limits['keys_waiting'] == 1 else 's'} waiting)"
+    )
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -197,11 +211,12 @@ def _show(args: argparse.Namespace) -> int:
         [
             (r["flow_slug"], r["step_slug"], r["queue_name"], r["max_in_flight"], r["in_flight"],
              None if r["rate_limit"] is None else f"{r['rate_limit']}/{r['rate_period_s']} s",
-             None if r["rate_limit"] is None else r["window_starts"], r["set_by"])
+             None if r["rate_limit"] is None else r["window_starts"],
+             None if r.get("limit_per_key") is None else _per_key(r), r["set_by"])
             for r in rows
         ],
         ["flow", "step", "queue", "max in flight", "in flight", "rate", "starts in window",
-         "set by"],
+         "per key", "set by"],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK

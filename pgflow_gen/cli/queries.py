@@ -189,6 +189,12 @@ STEP_LIMIT_USAGE: Final[LiteralString] = (
     "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
     " in_flight, window_starts, updated_at from pgflow.step_limit_usage()"
 )
+#: () -> whether the engine has concurrency keys ("present"; engine 0018).
+HAS_CONCURRENCY: Final[LiteralString] = (
+    "select to_regproc('pgflow.concurrency_usage') is not null as present"
+)
+#: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
+CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 #: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
 #: NULL when cleared).
 SET_STEP_LIMITS: Final[LiteralString] = (

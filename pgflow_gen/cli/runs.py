@@ -165,11 +165,17 @@ Limits = dict[tuple[str, str], dict[str, Any]]
 
 def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
     """The limited steps by (flow, step), with their limits and use now (none before engine
-    0017, which has no limits)."""
+    0017, which has no limits), and, since engine 0018, the keyed ones with their keys."""
     row = conn.execute(cli_queries.HAS_STEP_LIMITS).fetchone()
     if row is None or not row["present"]:
         return {}
-    return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_LIMIT_USAGE)}
+    limits = {
+        (r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_LIMIT_USAGE)
+    }
+    row = conn.execute(cli_queries.HAS_CONCURRENCY).fetchone()
+    if row is None or not row["present"]:
+        return limits
+    return client_module.with_concurrency(limits, conn.execute(cli_queries.CONCURRENCY_USAGE))
 
 
 def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -179,7 +185,8 @@ def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         key: limits[key]
         for key in ("max_in_flight", "in_flight", "rate_limit", "rate_period_s",
-                    "window_starts", "set_by")
+                    "window_starts", "set_by", *client_module.CONCURRENCY_FIELDS)
+        if key in limits
     }  # fmt: skip
 
 

@@ -17,7 +17,7 @@ import psycopg
 
 from pgflow_gen.dashboard import dag
 from pgflow_gen.dashboard import queries as q
-from pgflow_gen.runtime.client import limits_in_words
+from pgflow_gen.runtime.client import limits_in_words, with_concurrency
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -111,6 +111,9 @@ async def routes(conn: Connection) -> list[Route]:
             (r["flow_slug"], r["step_slug"]): r
             for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
         }
+    if (await _one(conn, q.HAS_CONCURRENCY))["present"]:
+        usage = await (await conn.execute(q.CONCURRENCY_USAGE)).fetchall()
+        limits = with_concurrency(limits, usage)
     found = []
     for row in rows:
         m = metrics.get(row["queue_name"], {})

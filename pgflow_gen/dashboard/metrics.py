@@ -132,6 +132,21 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "Task starts of a rate-limited step in its current window.",
         labels=ROUTE_LABELS,
     )
+    per_key = GaugeMetricFamily(
+        "pgflow_step_concurrency_limit",
+        "Tasks of one key value a keyed step lets be queued or running at once (engine 0018).",
+        labels=ROUTE_LABELS,
+    )
+    keys_waiting = GaugeMetricFamily(
+        "pgflow_step_keys_waiting",
+        "Key values of a keyed step with tasks waiting for room (parked).",
+        labels=ROUTE_LABELS,
+    )
+    parked_tasks = GaugeMetricFamily(
+        "pgflow_step_parked_by_key",
+        "Tasks of a keyed step waiting for room under their key, without a message.",
+        labels=ROUTE_LABELS,
+    )
     for route in snap.routes:
         limits = route.limits
         if limits is None:
@@ -143,7 +158,11 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         if limits["rate_limit"] is not None:
             rate.add_metric([*labels, str(limits["rate_period_s"])], limits["rate_limit"])
             window.add_metric(labels, limits["window_starts"])
-    yield from (cap, in_flight, rate, window)
+        if limits.get("limit_per_key") is not None:
+            per_key.add_metric(labels, limits["limit_per_key"])
+            keys_waiting.add_metric(labels, limits["keys_waiting"])
+            parked_tasks.add_metric(labels, limits["parked"])
+    yield from (cap, in_flight, rate, window, per_key, keys_waiting, parked_tasks)
 
     runs = GaugeMetricFamily(
         "pgflow_runs", "Runs in the tables by flow and status.", labels=["flow", "status"]

@@ -108,6 +108,12 @@ STEP_LIMITS: Final[LiteralString] = (
     "select flow_slug, step_slug, max_in_flight, in_flight, rate_limit, rate_period_s,"
     " window_starts from pgflow.step_limit_usage()"
 )
+#: () -> whether the engine has concurrency keys ("present"; engine 0018).
+HAS_CONCURRENCY: Final[LiteralString] = (
+    "select to_regproc('pgflow.concurrency_usage') is not null as present"
+)
+#: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
+CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 #: () -> the liveness rule's "live within", in seconds.
 LIVE_WITHIN: Final[LiteralString] = (
     "select extract(epoch from (pgflow.worker_liveness()).live_within)::float8 as seconds"

@@ -21,10 +21,10 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Final, Generic, Literal, TypeVar, overload
 
 import psycopg
 import psycopg_pool
@@ -159,7 +159,51 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
             f"{limits['window_starts']}/{limits['rate_limit']} starts per"
             f" {limits['rate_period_s']} s"
         )
+    if limits.get("limit_per_key") is not None:
+        waiting = limits["keys_waiting"]
+        parts.append(
+            f"{limits['limit_per_key']} per {limits['key_path']}: {limits['keys_active']} keys"
+            f" in flight, {waiting} waiting"
+            + (
+                f" ({limits['parked']:,} tasks, most for {limits['busiest_key']!r})"
+                if waiting
+                else ""
+            )
+        )
     return ", ".join(parts)
+
+
+#: What a step's limits hold when only its concurrency key limits it (engine 0018).
+NO_STEP_LIMITS: Final[Mapping[str, Any]] = {
+    "max_in_flight": None,
+    "in_flight": 0,
+    "rate_limit": None,
+    "rate_period_s": None,
+    "window_starts": 0,
+    "set_by": "spec",
+}
+#: pgflow.concurrency_usage's columns that join a step's limits.
+CONCURRENCY_FIELDS = ("key_path", "limit_per_key", "keys_active", "keys_waiting", "admitted",
+                      "parked", "busiest_key", "busiest_parked")  # fmt: skip
+
+
+def with_concurrency(
+    limits: Mapping[tuple[str, str], Mapping[str, Any]], usage: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Steps' limits by (flow, step), each keyed step's concurrency use
+    (pgflow.concurrency_usage's rows) joined in: `limits_in_words` then says its keys too."""
+    merged = {key: dict(value) for key, value in limits.items()}
+    for row in usage:
+        key = (row["flow_slug"], row["step_slug"])
+        merged[key] = {
+            **NO_STEP_LIMITS,
+            "flow_slug": row["flow_slug"],
+            "step_slug": row["step_slug"],
+            "queue_name": row["queue_name"],
+            **merged.get(key, {}),
+            **{field: row[field] for field in CONCURRENCY_FIELDS},
+        }
+    return merged
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,10 @@ def test_metrics_say_what_the_engine_holds(
         "select * from pgflow.read_and_claim('stepped', 'stepped__first', %s, 10, 30, 'first')",
         (WORKER_ID,),
     )
+    keyed = {"concurrencyKey": "$.tenant", "concurrencyLimit": 1}
+    db.compile("keyed", [{"slug": "work", "options": keyed}], options={})
+    for tenant in ("a", "a", "a", "b", "b"):
+        db.start("keyed", {"tenant": tenant})
 
     code, out, err = run_cli(capsys, "metrics", "--database-url", db_url)
 
@@ -137,6 +141,11 @@ def test_metrics_say_what_the_engine_holds(
     assert samples[("pgflow_step_rate_limit", rated)] == 5
     assert samples[("pgflow_step_rate_window_starts", first)] == 2
     assert ("pgflow_step_max_in_flight", second) not in samples  # only limited steps
+    work = (("flow", "keyed"), ("queue", "keyed__work"), ("step", "work"))
+    assert samples[("pgflow_step_concurrency_limit", work)] == 1
+    assert samples[("pgflow_step_keys_waiting", work)] == 2
+    assert samples[("pgflow_step_parked_by_key", work)] == 3
+    assert ("pgflow_step_keys_waiting", first) not in samples  # only keyed steps
     assert samples[("pgflow_runs", (("flow", "stepped"), ("status", "started")))] == 3
     assert samples[("pgflow_stalled_tasks", first)] == 0
     # The test's worker registered without a flow (a label is never missing: it is empty).

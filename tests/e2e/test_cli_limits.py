@@ -129,3 +129,45 @@ def test_a_signal_step_takes_no_limit_one_line_exit_1(
         "HINT: Limit the steps that depend on it instead.",
     ]
     assert db.value("select count(*) from pgflow.step_limits") == 0
+
+
+def test_status_and_coverage_show_a_keyed_steps_keys(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.conn.execute((PROJECT / "app/pgflow/migrations/e2eFair.sql").read_text())
+    inputs = [Jsonb({"tenant": "a", "seconds": 0})] * 5 + [Jsonb({"tenant": "b", "seconds": 0})]
+    [first, *_] = [
+        r[0]
+        for r in db.conn.execute(
+            "select run_id from pgflow.start_flows('e2eFair', %s::jsonb[])", (inputs,)
+        ).fetchall()
+    ]
+
+    code, out, _ = run_cli(capsys, db_url, "status", str(first), "--format", "json")
+    assert code == 0
+    [work] = json.loads(out)["steps"]
+    assert work["note"] == (
+        "limited: 2 per $.tenant: 2 keys in flight, 1 waiting (3 tasks, most for 'a')"
+    )
+    assert {k: work["limits"][k] for k in ("limit_per_key", "keys_waiting", "parked")} == {
+        "limit_per_key": 2,
+        "keys_waiting": 1,
+        "parked": 3,
+    }
+    code, out, _ = run_cli(capsys, db_url, "coverage")
+    assert code == 1  # no worker covers the route
+    header, _, row = out.splitlines()[:3]
+    assert header.split()[-1] == "limits"
+    assert row.rstrip().endswith("1 waiting (3 tasks, most for 'a')")
+    code, out, _ = run_cli(capsys, db_url, "limits", "e2eFair")
+    header, _, row = out.splitlines()
+    assert (code, "per key" in header) == (0, True)
+    assert row.split()[:3] == ["e2eFair", "work", "e2efair__work"]
+    assert "at most 2 per $.tenant (1 key waiting)" in row
+    # An operator's cap on a keyed step comes with the key, and no note about the spec's caps.
+    code, out, err = run_cli(capsys, db_url, "limits", "e2eFair", "work", "--max-in-flight", "5")
+    assert (code, err) == (0, "")
+    assert out == (
+        "step work of e2eFair: at most 5 in flight (0 now), at most 2 per $.tenant"
+        " (1 key waiting); set by the operator\n"
+    )
