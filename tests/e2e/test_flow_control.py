@@ -99,3 +99,41 @@ def test_a_rate_limit_holds_across_workers_and_is_used_while_work_waits(
     for worker in started:
         assert worker.stop() == 0
         assert "Traceback" not in worker.log()
+
+
+def test_a_tenants_backlog_does_not_hold_back_another_tenants_task(
+    workers: Workers, db: Db
+) -> None:
+    """Two workers of `max_concurrent: 10`, a step keyed by tenant with at most 2 per tenant:
+    tenant a never has more than 2 tasks started, and tenant b's one task, queued behind a's 30,
+    starts while a's backlog is still waiting."""
+    for _ in range(2):
+        workers.start("e2e_fair", "work").started()
+    start_runs(db, "e2eFair", [{"tenant": "a", "seconds": 0.1}] * 30)
+    start_runs(db, "e2eFair", [{"tenant": "b", "seconds": 0}])
+
+    samples: list[int] = []
+
+    def all_done() -> bool:
+        samples.append(
+            db.value(
+                "select count(*) from pgflow.step_tasks as t join pgflow.runs as r using (run_id)"
+                " where t.flow_slug = 'e2eFair' and t.status = 'started'"
+                " and r.input ->> 'tenant' = 'a'"
+            )
+        )
+        return bool(db.value("select count(*) from pgflow.runs where status = 'completed'") == 31)
+
+    eventually(all_done, "31 completed runs")
+    assert max(samples) <= 2, samples
+    assert max(samples) == 2, samples
+    [order] = db.all(
+        "select count(*) filter (where a.started_at > b.started_at) as a_after_b"
+        " from pgflow.step_tasks as a join pgflow.runs as ra on ra.run_id = a.run_id,"
+        " pgflow.step_tasks as b join pgflow.runs as rb on rb.run_id = b.run_id"
+        " where ra.input ->> 'tenant' = 'a' and rb.input ->> 'tenant' = 'b'"
+    )
+    # Without the key, b's message sits behind a's 30 and b starts last; with it, b waits
+    # behind at most the 2 of a's that hold a place.
+    assert order["a_after_b"] >= 20, order
+    assert db.value("select count(*) from pgflow.concurrency_keys") == 0

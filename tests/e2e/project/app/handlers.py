@@ -13,6 +13,7 @@ from typing import cast
 from app.pgflow.e2e_approvals import FinishDeps
 from app.pgflow.e2e_approvals import Input as ApprovalsInput
 from app.pgflow.e2e_capped import Input as CappedInput
+from app.pgflow.e2e_fair import Input as FairInput
 from app.pgflow.e2e_fanout import Input as FanoutInput
 from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
 from app.pgflow.e2e_metered import Input as MeteredInput
@@ -121,3 +122,8 @@ def metered(flow_input: MeteredInput, ctx: Context[MeteredInput], /) -> int:
 
 def tick(flow_input: ScheduledInput, ctx: Context[ScheduledInput], /) -> int:
     return flow_input["n"]
+
+
+async def tenant_work(flow_input: FairInput, ctx: Context[FairInput], /) -> str:
+    await asyncio.sleep(flow_input["seconds"])
+    return flow_input["tenant"]
