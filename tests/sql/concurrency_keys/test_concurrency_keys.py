@@ -231,6 +231,7 @@ def test_concurrency_usage_reports_keys_active_and_waiting(fair: Engine) -> None
     assert row == {
         "flow_slug": "fair",
         "step_slug": "call",
+        "queue_name": "fair",
         "key_path": "$.tenant",
         "limit_per_key": 2,
         "keys_active": 2,
@@ -339,3 +340,14 @@ def test_a_lower_limit_lets_running_tasks_finish_and_admits_none_until_below_it(
     fair.complete(tasks[1], 1)
     assert queued_keys(fair) == [("a", 2)]
     assert_consistent(fair)
+
+
+def test_deleting_a_flow_takes_its_parked_tasks_and_keys(fair: Engine) -> None:
+    for n in range(5):
+        start(fair, "a", n)
+    assert fair.value("select count(*) from pgflow.parked_tasks") == 3
+
+    fair.call("delete_flow_and_data", "fair")
+
+    assert fair.value("select count(*) from pgflow.parked_tasks") == 0
+    assert fair.value("select count(*) from pgflow.concurrency_keys") == 0

@@ -142,11 +142,6 @@ set enable_seqscan = off
 as $$
 declare
   v_key record;
-  v_seqs bigint[];
-  v_runs uuid[];
-  v_indexes int[];
-  v_queues text[];
-  v_not_befores timestamptz[];
   v_limit int;
   v_admitted int;
 begin
@@ -190,36 +185,17 @@ begin
       delete from pgflow.parked_tasks as p
       where p.ctid = any (array(
         select x.ctid from pgflow.parked_tasks as x
-        join unnest(v_key.gone_runs, v_key.gone_indexes) as g (run_id, task_index)
-          on x.run_id = g.run_id and x.step_slug = v_key.step_slug and x.task_index = g.task_index
+        where x.run_id = any (v_key.gone_runs) and x.step_slug = v_key.step_slug
+          and (x.run_id, x.task_index) in (
+            select g.run_id, g.task_index from unnest(v_key.gone_runs, v_key.gone_indexes) as g (run_id, task_index)
+          )
         for update of x skip locked
       ));
     end if;
 
     if v_limit is null or v_admitted < v_limit then
-      select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
-        array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
-        array_agg(k.not_before order by k.parked_seq)
-      into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
-      from (
-        -- A parked row and its task change together, so a task found through a live parked row
-        -- has no message yet: its row is never locked only to be found admitted meanwhile (it
-        -- would stay locked until this commits, and a claim of its message would pass it over).
-        select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
-        from pgflow.parked_tasks as p
-        join pgflow.step_tasks as t
-          on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
-        where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
-          and p.concurrency_key = v_key.concurrency_key
-          and t.status = 'queued' and t.message_id is null
-        order by p.parked_seq
-        limit case when v_limit is null then null else v_limit - v_admitted end
-        for update of p, t skip locked
-      ) as k;
-      if v_seqs is not null then
-        v_admitted := v_admitted + pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug,
-          v_key.concurrency_key, v_seqs, v_runs, v_indexes, v_queues, v_not_befores);
-      end if;
+      v_admitted := v_admitted + pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug,
+        v_key.concurrency_key, v_limit - v_admitted);
     end if;
 
     if v_admitted = 0 and not exists (
@@ -304,14 +280,13 @@ $$;
 
 -- Gives the places of keyed tasks that finished to the oldest parked tasks of their keys (engine
 -- 0018), at once: the parked tasks get their messages in the transaction that completed, so the
--- claim that follows a completion (complete_and_claim) can take them, and the keys' counts do
--- not change. complete_task and complete_tasks call it when pgflow._note_concurrency_event
--- flagged a freed place (a setting local to the transaction), so completions of tasks without a
--- key pay one setting read.
--- Waits for no lock: parked rows and their tasks that another transaction holds (a task being
--- cancelled) are passed over, and the keys' rows are only read. A place with no parked task to
--- take it, or of a key that holds more than its limit (lowered meanwhile), is freed when the
--- transaction commits (pgflow._balance_concurrency_keys).
+-- claim that follows a completion (complete_and_claim) can take them, and the keys' counts do not
+-- change. complete_task and complete_tasks call it when pgflow._note_concurrency_event flagged a
+-- freed place (a setting local to the transaction), so completions of tasks without a key pay one
+-- setting read. Waits for no lock (pgflow._unpark_tasks passes over what another transaction
+-- holds), and the keys' rows are only read. A place with no parked task to take it, or of a key
+-- that holds more than its limit (lowered meanwhile), is freed when the transaction commits
+-- (pgflow._balance_concurrency_keys).
 create function pgflow._pass_concurrency_places()
 returns void
 language plpgsql
@@ -320,11 +295,6 @@ set enable_seqscan = off
 as $$
 declare
   v_key record;
-  v_seqs bigint[];
-  v_runs uuid[];
-  v_indexes int[];
-  v_queues text[];
-  v_not_befores timestamptz[];
   v_passed int;
 begin
   if current_setting('pgflow.concurrency_passes', true) is distinct from 'pending' then
@@ -338,39 +308,17 @@ begin
     group by e.flow_slug, e.step_slug, e.concurrency_key
     order by e.flow_slug, e.step_slug, e.concurrency_key
   loop
-    v_passed := 0;
-    -- A parked row and its task change together (their transaction gives the task its message
-    -- and deletes the row), so a task found through a live parked row has no message yet: its
-    -- row is never locked only to be found admitted meanwhile (it would stay locked until this
-    -- commits, and a claim of its message would pass it over).
-    select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
-      array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
-      array_agg(k.not_before order by k.parked_seq)
-    into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
-    from (
-      select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
-      from pgflow.parked_tasks as p
-      join pgflow.step_tasks as t
-        on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
-      where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
-        and p.concurrency_key = v_key.concurrency_key
-        and t.status = 'queued' and t.message_id is null
-        and exists (
-          select 1
-          from pgflow.concurrency_keys as k
-          join pgflow.steps as s on s.flow_slug = k.flow_slug and s.step_slug = k.step_slug
-          where k.flow_slug = p.flow_slug and k.step_slug = p.step_slug
-            and k.concurrency_key = p.concurrency_key
-            and k.admitted <= coalesce(s.opt_concurrency_limit, k.admitted)
-        )
-      order by p.parked_seq
-      limit v_key.released
-      for update of p, t skip locked
-    ) as k;
-    if v_seqs is not null then
-      v_passed := pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug, v_key.concurrency_key,
-        v_seqs, v_runs, v_indexes, v_queues, v_not_befores);
-    end if;
+    -- GUARD: a key above its limit (lowered meanwhile) passes nothing: the commit frees them.
+    continue when not exists (
+      select 1
+      from pgflow.concurrency_keys as k
+      join pgflow.steps as s on s.flow_slug = k.flow_slug and s.step_slug = k.step_slug
+      where k.flow_slug = v_key.flow_slug and k.step_slug = v_key.step_slug
+        and k.concurrency_key = v_key.concurrency_key
+        and k.admitted <= coalesce(s.opt_concurrency_limit, k.admitted)
+    );
+    v_passed := pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug, v_key.concurrency_key,
+      v_key.released);
     if v_passed > 0 then
       delete from pgflow.concurrency_events as e
       where e.xact = pg_current_xact_id() and e.flow_slug = v_key.flow_slug and e.step_slug = v_key.step_slug
@@ -406,42 +354,43 @@ set search_path = ''
 set enable_seqscan = off
 as $$
 begin
-  insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, queue_name, concurrency_key)
-  select r.run_id, _park_keyed_tasks.flow_slug, _park_keyed_tasks.step_slug, i, _park_keyed_tasks.queue_name,
-    coalesce(jsonb_path_query_first(x.input, key_path::jsonpath) #>> '{}', '')
-  from unnest(run_ids, task_counts) with ordinality as r (run_id, tasks, ord)
-  join pgflow.runs as x on x.run_id = r.run_id
-  cross join lateral generate_series(0, r.tasks - 1) as i
-  order by r.ord, i;
-  insert into pgflow.parked_tasks (flow_slug, step_slug, concurrency_key, run_id, task_index, not_before)
-  select t.flow_slug, t.step_slug, t.concurrency_key, t.run_id, t.task_index,
-    clock_timestamp() + make_interval(secs => delay_seconds)
-  from unnest(run_ids) with ordinality as r (run_id, ord)
-  join pgflow.step_tasks as t on t.run_id = r.run_id and t.step_slug = _park_keyed_tasks.step_slug
-  order by r.ord, t.task_index;
+  -- One statement, joining only the rows it inserts (a join with step_tasks itself could walk
+  -- the whole table under a generic plan).
+  with tasks as (
+    insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, queue_name, concurrency_key)
+    select r.run_id, _park_keyed_tasks.flow_slug, _park_keyed_tasks.step_slug, i, _park_keyed_tasks.queue_name,
+      coalesce(jsonb_path_query_first(x.input, key_path::jsonpath) #>> '{}', '')
+    from unnest(run_ids, task_counts) with ordinality as r (run_id, tasks, ord)
+    join pgflow.runs as x on x.run_id = r.run_id
+    cross join lateral generate_series(0, r.tasks - 1) as i
+    returning run_id, task_index, concurrency_key
+  ),
+  parked as (
+    insert into pgflow.parked_tasks (flow_slug, step_slug, concurrency_key, run_id, task_index, not_before)
+    select _park_keyed_tasks.flow_slug, _park_keyed_tasks.step_slug, t.concurrency_key, t.run_id,
+      t.task_index, clock_timestamp() + make_interval(secs => delay_seconds)
+    from tasks as t
+    join unnest(run_ids) with ordinality as r (run_id, ord) on r.run_id = t.run_id
+    order by r.ord, t.task_index
+    returning concurrency_key
+  )
   insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, parked)
-  select distinct t.flow_slug, t.step_slug, t.concurrency_key, true
-  from pgflow.step_tasks as t
-  where t.run_id = any (run_ids) and t.step_slug = _park_keyed_tasks.step_slug;
+  select distinct _park_keyed_tasks.flow_slug, _park_keyed_tasks.step_slug, p.concurrency_key, true
+  from parked as p;
   perform set_config('pgflow.concurrency_events', 'pending', true);
 end;
 $$;
 
--- Gives parked tasks of one key their messages (engine 0018): deletes their parked rows (by
--- parked_seqs) and sends one message per task, in the order given, each visible at
--- not_befores[i] at the earliest (its step's start delay), recorded on the task. Returns how
--- many it sent. The callers have locked the parked rows and the tasks. Called by
+-- Gives up to qty of a key's oldest parked tasks their messages (engine 0018): locks their parked
+-- rows and tasks, passing over those another transaction holds (a task being cancelled), deletes
+-- the parked rows and sends one message per task, in order, each visible at its not_before at the
+-- earliest (its step's start delay), recorded on the task. A parked row and its task change
+-- together (one transaction gives the task its message and deletes the row), so a task found
+-- through a live parked row has no message yet: its row is never locked only to be found
+-- admitted meanwhile (it would stay locked until this commits, and a claim of its message would
+-- pass it over). Returns how many it sent; null qty: all. Called by
 -- pgflow._pass_concurrency_places and pgflow._balance_concurrency_keys.
-create function pgflow._unpark_tasks(
-  flow_slug text,
-  step_slug text,
-  concurrency_key text,
-  parked_seqs bigint[],
-  run_ids uuid[],
-  task_indexes int[],
-  queue_names text[],
-  not_befores timestamptz[]
-)
+create function pgflow._unpark_tasks(flow_slug text, step_slug text, concurrency_key text, qty int)
 returns int
 language plpgsql
 volatile
@@ -449,15 +398,39 @@ set search_path = ''
 set enable_seqscan = off
 as $$
 declare
+  v_seqs bigint[];
+  v_runs uuid[];
+  v_indexes int[];
+  v_queues text[];
+  v_not_befores timestamptz[];
   v_queue text;
   v_count int;
   v_sent int := 0;
 begin
+  select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
+    array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
+    array_agg(k.not_before order by k.parked_seq)
+  into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
+  from (
+    select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
+    from pgflow.parked_tasks as p
+    join pgflow.step_tasks as t
+      on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
+    where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
+      and p.concurrency_key = _unpark_tasks.concurrency_key
+      and t.status = 'queued' and t.message_id is null
+    order by p.parked_seq
+    limit qty
+    for update of p, t skip locked
+  ) as k;
+  if v_seqs is null then
+    return 0;
+  end if;
   delete from pgflow.parked_tasks as p
   where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
-    and p.concurrency_key = _unpark_tasks.concurrency_key and p.parked_seq = any (parked_seqs);
+    and p.concurrency_key = _unpark_tasks.concurrency_key and p.parked_seq = any (v_seqs);
   -- One queue in all but rare cases (tasks keep the queue their step had when they were created).
-  for v_queue in select distinct q.name from unnest(queue_names) as q (name) order by 1 loop
+  for v_queue in select distinct q.name from unnest(v_queues) as q (name) order by 1 loop
     execute format(
       $q$
         with sent as (
@@ -477,7 +450,7 @@ begin
       $q$,
       pgflow.pgmq_table_name(v_queue)
     )
-    using flow_slug, step_slug, run_ids, task_indexes, not_befores, queue_names, v_queue;
+    using flow_slug, step_slug, v_runs, v_indexes, v_not_befores, v_queues, v_queue;
     get diagnostics v_count = row_count;
     v_sent := v_sent + v_count;
   end loop;

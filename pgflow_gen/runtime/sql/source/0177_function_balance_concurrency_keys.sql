@@ -14,11 +14,6 @@ set enable_seqscan = off
 as $$
 declare
   v_key record;
-  v_seqs bigint[];
-  v_runs uuid[];
-  v_indexes int[];
-  v_queues text[];
-  v_not_befores timestamptz[];
   v_limit int;
   v_admitted int;
 begin
@@ -62,36 +57,17 @@ begin
       delete from pgflow.parked_tasks as p
       where p.ctid = any (array(
         select x.ctid from pgflow.parked_tasks as x
-        join unnest(v_key.gone_runs, v_key.gone_indexes) as g (run_id, task_index)
-          on x.run_id = g.run_id and x.step_slug = v_key.step_slug and x.task_index = g.task_index
+        where x.run_id = any (v_key.gone_runs) and x.step_slug = v_key.step_slug
+          and (x.run_id, x.task_index) in (
+            select g.run_id, g.task_index from unnest(v_key.gone_runs, v_key.gone_indexes) as g (run_id, task_index)
+          )
         for update of x skip locked
       ));
     end if;
 
     if v_limit is null or v_admitted < v_limit then
-      select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
-        array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
-        array_agg(k.not_before order by k.parked_seq)
-      into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
-      from (
-        -- A parked row and its task change together, so a task found through a live parked row
-        -- has no message yet: its row is never locked only to be found admitted meanwhile (it
-        -- would stay locked until this commits, and a claim of its message would pass it over).
-        select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
-        from pgflow.parked_tasks as p
-        join pgflow.step_tasks as t
-          on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
-        where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
-          and p.concurrency_key = v_key.concurrency_key
-          and t.status = 'queued' and t.message_id is null
-        order by p.parked_seq
-        limit case when v_limit is null then null else v_limit - v_admitted end
-        for update of p, t skip locked
-      ) as k;
-      if v_seqs is not null then
-        v_admitted := v_admitted + pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug,
-          v_key.concurrency_key, v_seqs, v_runs, v_indexes, v_queues, v_not_befores);
-      end if;
+      v_admitted := v_admitted + pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug,
+        v_key.concurrency_key, v_limit - v_admitted);
     end if;
 
     if v_admitted = 0 and not exists (

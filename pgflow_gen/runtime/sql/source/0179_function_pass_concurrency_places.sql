@@ -1,13 +1,12 @@
 -- Gives the places of keyed tasks that finished to the oldest parked tasks of their keys (engine
 -- 0018), at once: the parked tasks get their messages in the transaction that completed, so the
--- claim that follows a completion (complete_and_claim) can take them, and the keys' counts do
--- not change. complete_task and complete_tasks call it when pgflow._note_concurrency_event
--- flagged a freed place (a setting local to the transaction), so completions of tasks without a
--- key pay one setting read.
--- Waits for no lock: parked rows and their tasks that another transaction holds (a task being
--- cancelled) are passed over, and the keys' rows are only read. A place with no parked task to
--- take it, or of a key that holds more than its limit (lowered meanwhile), is freed when the
--- transaction commits (pgflow._balance_concurrency_keys).
+-- claim that follows a completion (complete_and_claim) can take them, and the keys' counts do not
+-- change. complete_task and complete_tasks call it when pgflow._note_concurrency_event flagged a
+-- freed place (a setting local to the transaction), so completions of tasks without a key pay one
+-- setting read. Waits for no lock (pgflow._unpark_tasks passes over what another transaction
+-- holds), and the keys' rows are only read. A place with no parked task to take it, or of a key
+-- that holds more than its limit (lowered meanwhile), is freed when the transaction commits
+-- (pgflow._balance_concurrency_keys).
 create function pgflow._pass_concurrency_places()
 returns void
 language plpgsql
@@ -16,11 +15,6 @@ set enable_seqscan = off
 as $$
 declare
   v_key record;
-  v_seqs bigint[];
-  v_runs uuid[];
-  v_indexes int[];
-  v_queues text[];
-  v_not_befores timestamptz[];
   v_passed int;
 begin
   if current_setting('pgflow.concurrency_passes', true) is distinct from 'pending' then
@@ -34,39 +28,17 @@ begin
     group by e.flow_slug, e.step_slug, e.concurrency_key
     order by e.flow_slug, e.step_slug, e.concurrency_key
   loop
-    v_passed := 0;
-    -- A parked row and its task change together (their transaction gives the task its message
-    -- and deletes the row), so a task found through a live parked row has no message yet: its
-    -- row is never locked only to be found admitted meanwhile (it would stay locked until this
-    -- commits, and a claim of its message would pass it over).
-    select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
-      array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
-      array_agg(k.not_before order by k.parked_seq)
-    into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
-    from (
-      select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
-      from pgflow.parked_tasks as p
-      join pgflow.step_tasks as t
-        on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
-      where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
-        and p.concurrency_key = v_key.concurrency_key
-        and t.status = 'queued' and t.message_id is null
-        and exists (
-          select 1
-          from pgflow.concurrency_keys as k
-          join pgflow.steps as s on s.flow_slug = k.flow_slug and s.step_slug = k.step_slug
-          where k.flow_slug = p.flow_slug and k.step_slug = p.step_slug
-            and k.concurrency_key = p.concurrency_key
-            and k.admitted <= coalesce(s.opt_concurrency_limit, k.admitted)
-        )
-      order by p.parked_seq
-      limit v_key.released
-      for update of p, t skip locked
-    ) as k;
-    if v_seqs is not null then
-      v_passed := pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug, v_key.concurrency_key,
-        v_seqs, v_runs, v_indexes, v_queues, v_not_befores);
-    end if;
+    -- GUARD: a key above its limit (lowered meanwhile) passes nothing: the commit frees them.
+    continue when not exists (
+      select 1
+      from pgflow.concurrency_keys as k
+      join pgflow.steps as s on s.flow_slug = k.flow_slug and s.step_slug = k.step_slug
+      where k.flow_slug = v_key.flow_slug and k.step_slug = v_key.step_slug
+        and k.concurrency_key = v_key.concurrency_key
+        and k.admitted <= coalesce(s.opt_concurrency_limit, k.admitted)
+    );
+    v_passed := pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug, v_key.concurrency_key,
+      v_key.released);
     if v_passed > 0 then
       delete from pgflow.concurrency_events as e
       where e.xact = pg_current_xact_id() and e.flow_slug = v_key.flow_slug and e.step_slug = v_key.step_slug

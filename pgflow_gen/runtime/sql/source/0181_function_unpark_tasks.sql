@@ -1,18 +1,13 @@
--- Gives parked tasks of one key their messages (engine 0018): deletes their parked rows (by
--- parked_seqs) and sends one message per task, in the order given, each visible at
--- not_befores[i] at the earliest (its step's start delay), recorded on the task. Returns how
--- many it sent. The callers have locked the parked rows and the tasks. Called by
+-- Gives up to qty of a key's oldest parked tasks their messages (engine 0018): locks their parked
+-- rows and tasks, passing over those another transaction holds (a task being cancelled), deletes
+-- the parked rows and sends one message per task, in order, each visible at its not_before at the
+-- earliest (its step's start delay), recorded on the task. A parked row and its task change
+-- together (one transaction gives the task its message and deletes the row), so a task found
+-- through a live parked row has no message yet: its row is never locked only to be found
+-- admitted meanwhile (it would stay locked until this commits, and a claim of its message would
+-- pass it over). Returns how many it sent; null qty: all. Called by
 -- pgflow._pass_concurrency_places and pgflow._balance_concurrency_keys.
-create function pgflow._unpark_tasks(
-  flow_slug text,
-  step_slug text,
-  concurrency_key text,
-  parked_seqs bigint[],
-  run_ids uuid[],
-  task_indexes int[],
-  queue_names text[],
-  not_befores timestamptz[]
-)
+create function pgflow._unpark_tasks(flow_slug text, step_slug text, concurrency_key text, qty int)
 returns int
 language plpgsql
 volatile
@@ -20,15 +15,39 @@ set search_path = ''
 set enable_seqscan = off
 as $$
 declare
+  v_seqs bigint[];
+  v_runs uuid[];
+  v_indexes int[];
+  v_queues text[];
+  v_not_befores timestamptz[];
   v_queue text;
   v_count int;
   v_sent int := 0;
 begin
+  select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
+    array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
+    array_agg(k.not_before order by k.parked_seq)
+  into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
+  from (
+    select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
+    from pgflow.parked_tasks as p
+    join pgflow.step_tasks as t
+      on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
+    where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
+      and p.concurrency_key = _unpark_tasks.concurrency_key
+      and t.status = 'queued' and t.message_id is null
+    order by p.parked_seq
+    limit qty
+    for update of p, t skip locked
+  ) as k;
+  if v_seqs is null then
+    return 0;
+  end if;
   delete from pgflow.parked_tasks as p
   where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
-    and p.concurrency_key = _unpark_tasks.concurrency_key and p.parked_seq = any (parked_seqs);
+    and p.concurrency_key = _unpark_tasks.concurrency_key and p.parked_seq = any (v_seqs);
   -- One queue in all but rare cases (tasks keep the queue their step had when they were created).
-  for v_queue in select distinct q.name from unnest(queue_names) as q (name) order by 1 loop
+  for v_queue in select distinct q.name from unnest(v_queues) as q (name) order by 1 loop
     execute format(
       $q$
         with sent as (
@@ -48,7 +67,7 @@ begin
       $q$,
       pgflow.pgmq_table_name(v_queue)
     )
-    using flow_slug, step_slug, run_ids, task_indexes, not_befores, queue_names, v_queue;
+    using flow_slug, step_slug, v_runs, v_indexes, v_not_befores, v_queues, v_queue;
     get diagnostics v_count = row_count;
     v_sent := v_sent + v_count;
   end loop;
