@@ -20,7 +20,8 @@ flow (`step queues`). Prints tasks/s, msg/s, their ratio per repeat and its medi
 server CPU time per task (the client backends' CPU, read from /proc when the server is local).
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3]
-        [--batch 1 10 50] [--clients 1 3] [--durable] [--limits] [--only read_and_claim ...]
+        [--batch 1 10 50] [--clients 1 3] [--durable] [--limits] [--keyed]
+        [--only read_and_claim ...]
 
 Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
 settings of the anchor figures), with `--durable` the server's defaults, or
@@ -223,10 +224,13 @@ def engine(
     clients: int = 1,
     step_queues: bool = False,
     limits: bool = False,
+    keyed: bool = False,
 ) -> tuple[Result, float]:
     """(tasks per second of `loop`, runs started per second) for `runs` runs of the chain,
     with `clients` workers on the flow's queue, or one per step with `step_queues`; with
-    `limits`, every step has a cap it never reaches (what a limited step's claims cost)."""
+    `limits`, every step has a cap it never reaches (what a limited step's claims cost); with
+    `keyed`, every step has a concurrency key whose limit no run reaches (engine 0018: what a
+    keyed step's tasks cost, parked and given their messages when the start commits)."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn)
         routes = define_chain(conn, clients, step_queues)
@@ -234,6 +238,12 @@ def engine(
             conn.execute(
                 "select pgflow.set_step_limits(%s, %s, max_in_flight => %s)",
                 (FLOW, step, UNREACHED_CAP),
+            )
+        if keyed:  # as a spec's `concurrency: {key: $.i, max_in_flight: 100000}` would set
+            conn.execute(
+                "update pgflow.steps set opt_concurrency_key = '$.i', opt_concurrency_limit = %s"
+                " where flow_slug = %s",
+                (UNREACHED_CAP, FLOW),
             )
         started = time.perf_counter()
         for i in range(runs):
@@ -412,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="give every step a max_in_flight it never reaches: what limited claims cost",
     )
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="give every step a concurrency key (one per run) whose limit is never reached",
+    )
     args = parser.parse_args(argv)
 
     with server(args.durable) as admin_url:
@@ -421,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             f"PostgreSQL {version[0] if version else '?'}, PGMQ {migrations.pgmq_sql()[1]}, "
             f"{args.runs} runs x 3 steps, median of {args.repeat},"
             f" {'durable (server defaults)' if args.durable else 'fast settings'}"
-            f"{', every step capped (never reached)' if args.limits else ''}",
+            f"{', every step capped (never reached)' if args.limits else ''}"
+            f"{', every step keyed (limit never reached)' if args.keyed else ''}",
             flush=True,
         )
         task_us = 0.0
@@ -448,7 +464,14 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
             for loop in args.only:
                 with fresh_database(admin_url) as url:
                     result, start_rate = engine(
-                        url, args.runs, batch, loop, clients, step_queues, args.limits
+                        url,
+                        args.runs,
+                        batch,
+                        loop,
+                        clients,
+                        step_queues,
+                        args.limits,
+                        args.keyed,
                     )
                 figures.setdefault((layout, loop), []).append(result)
                 starts.append(start_rate)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from app.pgflow import bench_fan, bench_retry, iso_flow, iso_steps
+from app.pgflow import bench_fair, bench_fair_plain, bench_fan, bench_retry, iso_flow, iso_steps
 from app.pgflow.bench_chain import Input, ThreeDeps, TwoDeps
 from pgflow_gen.runtime import Context
 
@@ -51,3 +52,14 @@ async def each(item: int, ctx: Context[bench_fan.Input], /) -> int:
 
 async def total(deps: bench_fan.TotalDeps, ctx: Context[bench_fan.Input], /) -> int:
     return sum(deps["each"])
+
+
+async def tenant_work(
+    flow_input: bench_fair.Input | bench_fair_plain.Input,
+    ctx: Context[bench_fair.Input] | Context[bench_fair_plain.Input],
+    /,
+) -> str:
+    """Works `ms` milliseconds (0: none) for the run's tenant."""
+    if flow_input["ms"]:
+        await asyncio.sleep(flow_input["ms"] / 1000)
+    return flow_input["tenant"]
