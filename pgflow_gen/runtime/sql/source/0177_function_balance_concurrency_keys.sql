@@ -65,7 +65,11 @@ begin
       ));
     end if;
 
-    if v_limit is null or v_admitted < v_limit then
+    if (v_limit is null or v_admitted < v_limit) and exists (
+      select 1 from pgflow.parked_tasks as p
+      where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
+        and p.concurrency_key = v_key.concurrency_key
+    ) then
       v_admitted := v_admitted + pgflow._unpark_tasks(v_key.flow_slug, v_key.step_slug,
         v_key.concurrency_key, v_limit - v_admitted);
     end if;

@@ -28,8 +28,13 @@ begin
     group by e.flow_slug, e.step_slug, e.concurrency_key
     order by e.flow_slug, e.step_slug, e.concurrency_key
   loop
-    -- GUARD: a key above its limit (lowered meanwhile) passes nothing: the commit frees them.
+    -- GUARD: a key with no parked task has nothing to pass, and one above its limit (lowered
+    -- meanwhile) passes nothing: the commit frees their places.
     continue when not exists (
+      select 1 from pgflow.parked_tasks as p
+      where p.flow_slug = v_key.flow_slug and p.step_slug = v_key.step_slug
+        and p.concurrency_key = v_key.concurrency_key
+    ) or not exists (
       select 1
       from pgflow.concurrency_keys as k
       join pgflow.steps as s on s.flow_slug = k.flow_slug and s.step_slug = k.step_slug

@@ -21,7 +21,8 @@ declare
   v_queues text[];
   v_not_befores timestamptz[];
   v_queue text;
-  v_count int;
+  v_table text;
+  v_message_id bigint;
   v_sent int := 0;
 begin
   select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
@@ -46,30 +47,21 @@ begin
   delete from pgflow.parked_tasks as p
   where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
     and p.concurrency_key = _unpark_tasks.concurrency_key and p.parked_seq = any (v_seqs);
-  -- One queue in all but rare cases (tasks keep the queue their step had when they were created).
-  for v_queue in select distinct q.name from unnest(v_queues) as q (name) order by 1 loop
-    execute format(
-      $q$
-        with sent as (
-          insert into pgmq.%I (vt, message)
-          select greatest(clock_timestamp(), x.not_before),
-            jsonb_build_object('flow_slug', $1, 'run_id', x.run_id, 'step_slug', $2, 'task_index', x.task_index)
-          from unnest($3::uuid[], $4::int[], $5::timestamptz[], $6::text[]) with ordinality
-            as x (run_id, task_index, not_before, queue_name, n)
-          where x.queue_name = $7
-          order by x.n
-          returning msg_id, message
-        )
-        update pgflow.step_tasks as t set message_id = s.msg_id
-        from sent as s
-        where t.run_id = (s.message ->> 'run_id')::uuid and t.step_slug = $2
-          and t.task_index = (s.message ->> 'task_index')::int
-      $q$,
-      pgflow.pgmq_table_name(v_queue)
-    )
-    using flow_slug, step_slug, v_runs, v_indexes, v_not_befores, v_queues, v_queue;
-    get diagnostics v_count = row_count;
-    v_sent := v_sent + v_count;
+  -- One message at a time: a plain insert costs less to plan than one statement for all, and
+  -- most calls give one task its message.
+  for i in 1 .. cardinality(v_seqs) loop
+    if v_queue is distinct from v_queues[i] then
+      v_queue := v_queues[i];
+      v_table := pgflow.pgmq_table_name(v_queue);
+    end if;
+    execute format('insert into pgmq.%I (vt, message) values ($1, $2) returning msg_id', v_table)
+    into v_message_id
+    using greatest(clock_timestamp(), v_not_befores[i]),
+      jsonb_build_object('flow_slug', flow_slug, 'run_id', v_runs[i], 'step_slug', step_slug,
+        'task_index', v_indexes[i]);
+    update pgflow.step_tasks as t set message_id = v_message_id
+    where t.run_id = v_runs[i] and t.step_slug = _unpark_tasks.step_slug and t.task_index = v_indexes[i];
+    v_sent := v_sent + 1;
   end loop;
   return v_sent;
 end;
