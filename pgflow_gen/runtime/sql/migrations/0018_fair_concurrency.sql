@@ -1,15 +1,17 @@
 -- Engine migration 0018: fair concurrency per key.
 --
 -- A step may name a concurrency key: a JSON path into the run's input (step option
--- concurrencyKey) and how many tasks of one key value may hold a queue message at once
--- (concurrencyLimit). Its tasks take the key's value (step_tasks.concurrency_key) and are parked
--- without a message (pgflow.parked_tasks); when a transaction that parked or finished keyed tasks
--- commits, pgflow._balance_concurrency_keys (a deferred trigger) gives the oldest parked tasks of
--- each key their messages while the key has room (pgflow.concurrency_keys counts them). So a
--- key's backlog never fills the queue, and another key's task waits behind at most a limit's
--- worth of it. Steps without a key are untouched: their task triggers never fire (WHEN clauses),
--- and the batched start and completion paths leave keyed steps to the general path.
--- pgflow.concurrency_usage reports each keyed step's keys.
+-- concurrencyKey) and how many tasks of one key value may hold a queue message at once, queued
+-- or started (concurrencyLimit). Its tasks take the key's value (step_tasks.concurrency_key) and
+-- are created parked, without a message (pgflow.parked_tasks, pgflow._park_keyed_tasks). When a
+-- keyed task finishes, its place passes at once to its key's oldest parked task
+-- (pgflow._pass_concurrency_places, at the end of complete_task and complete_tasks); what is
+-- left is settled when the transaction commits (pgflow._balance_concurrency_keys, a deferred
+-- trigger that locks the keys it touched in key order and counts in pgflow.concurrency_keys).
+-- So a key's backlog never fills the queue, and another key's task waits behind at most a
+-- limit's worth of it. Steps without a key are untouched: their task trigger never fires (a
+-- WHEN clause), a completion reads one setting, and only the batched completion path leaves a
+-- keyed child step to the general one. pgflow.concurrency_usage reports each keyed step's keys.
 
 alter table pgflow.steps
   add column opt_concurrency_key text,
