@@ -192,3 +192,8 @@ def _serve(app: Starlette, host: str, port: int, what: str, path: str = "/") -> 
     server = uvicorn.Server(config)
     with sock:
         asyncio.run(server.serve(sockets=[sock]))
+    # A signal stopped it. uvicorn raises the signal again once it has shut down, but inside
+    # asyncio.run that becomes a KeyboardInterrupt only if the cancellation it asks for lands
+    # before the serving task returns; under load it may not, and the command exited 0.
+    if server.should_exit:
+        raise KeyboardInterrupt
