@@ -60,13 +60,12 @@ create table pgflow.parked_tasks (
     on delete cascade
 );
 
--- What a transaction did to keyed tasks, for pgflow._pass_concurrency_places to act on at the
--- end of the statement and pgflow._balance_concurrency_keys when the transaction commits:
--- released counts admitted tasks of the key that finished (-1: a task queued with a message of
--- its own), parked says tasks of the key were parked, gone_run_id/gone_task_index name a parked
--- task that finished. Rows never outlive their transaction, and each names it (xact), so the
--- functions read their own transaction's rows through the index, never the dead rows of the
--- transactions before.
+-- What a transaction did to keyed tasks, for pgflow._pass_concurrency_places to act on when a
+-- completion ends and pgflow._balance_concurrency_keys when the transaction commits: released
+-- counts admitted tasks of the key that finished, parked says tasks of the key were parked,
+-- gone_run_id/gone_task_index name a parked task that finished. Rows never outlive their
+-- transaction, and each names it (xact), so the functions read their own transaction's rows
+-- through the index, never the dead rows of the transactions before.
 create table pgflow.concurrency_events (
   xact xid8 not null default pg_current_xact_id(),
   flow_slug text not null,
@@ -94,19 +93,14 @@ set search_path = ''
 as $$
 begin
   if new.status in ('queued', 'started') then
-    if new.message_id is null then
-      insert into pgflow.parked_tasks (flow_slug, step_slug, concurrency_key, run_id, task_index, not_before)
-      select new.flow_slug, new.step_slug, new.concurrency_key, new.run_id, new.task_index,
-        clock_timestamp() + make_interval(secs => coalesce(s.opt_start_delay, 0))
-      from pgflow.steps as s
-      where s.flow_slug = new.flow_slug and s.step_slug = new.step_slug;
-      insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, parked)
-      values (new.flow_slug, new.step_slug, new.concurrency_key, true);
-    else
-      -- Queued with a message already: it holds a place from now on.
-      insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, released)
-      values (new.flow_slug, new.step_slug, new.concurrency_key, -1);
-    end if;
+    -- Queued again by retry_run, which leaves a keyed task without a message: it is parked.
+    insert into pgflow.parked_tasks (flow_slug, step_slug, concurrency_key, run_id, task_index, not_before)
+    select new.flow_slug, new.step_slug, new.concurrency_key, new.run_id, new.task_index,
+      clock_timestamp() + make_interval(secs => coalesce(s.opt_start_delay, 0))
+    from pgflow.steps as s
+    where s.flow_slug = new.flow_slug and s.step_slug = new.step_slug;
+    insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, parked)
+    values (new.flow_slug, new.step_slug, new.concurrency_key, true);
   elsif old.message_id is null then
     insert into pgflow.concurrency_events (flow_slug, step_slug, concurrency_key, gone_run_id, gone_task_index)
     values (old.flow_slug, old.step_slug, old.concurrency_key, old.run_id, old.task_index);

@@ -36,13 +36,12 @@ create table pgflow.parked_tasks (
     on delete cascade
 );
 
--- What a transaction did to keyed tasks, for pgflow._pass_concurrency_places to act on at the
--- end of the statement and pgflow._balance_concurrency_keys when the transaction commits:
--- released counts admitted tasks of the key that finished (-1: a task queued with a message of
--- its own), parked says tasks of the key were parked, gone_run_id/gone_task_index name a parked
--- task that finished. Rows never outlive their transaction, and each names it (xact), so the
--- functions read their own transaction's rows through the index, never the dead rows of the
--- transactions before.
+-- What a transaction did to keyed tasks, for pgflow._pass_concurrency_places to act on when a
+-- completion ends and pgflow._balance_concurrency_keys when the transaction commits: released
+-- counts admitted tasks of the key that finished, parked says tasks of the key were parked,
+-- gone_run_id/gone_task_index name a parked task that finished. Rows never outlive their
+-- transaction, and each names it (xact), so the functions read their own transaction's rows
+-- through the index, never the dead rows of the transactions before.
 create table pgflow.concurrency_events (
   xact xid8 not null default pg_current_xact_id(),
   flow_slug text not null,
