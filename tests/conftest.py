@@ -16,6 +16,8 @@ import psycopg
 import pytest
 
 from pgflow_gen.testing import databases
+from tests import roles as roles_fixture
+from tests.roles import Logins
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -60,3 +62,9 @@ def empty_db_url(admin_url: str) -> Iterator[str]:
 def conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     with psycopg.connect(db_url, autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture
+def logins(conn: psycopg.Connection[tuple[object, ...]], db_url: str) -> Iterator[Logins]:
+    """The engine's group roles under this test's own prefix, with login roles in them."""
+    yield from roles_fixture.logins_on(conn, db_url)

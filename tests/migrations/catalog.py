@@ -25,7 +25,7 @@ QUERIES = {
         select tablename, indexname, indexdef from pg_indexes
         where schemaname = 'pgflow' order by 1, 2""",
     "functions": """
-        select p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+        select p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.proacl::text
         from pg_proc p where p.pronamespace = 'pgflow'::regnamespace
         order by 1""",
     "types": """

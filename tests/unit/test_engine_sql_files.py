@@ -9,7 +9,7 @@ import pytest
 from pgflow_gen.runtime import migrations
 
 SOURCE = migrations.source_files()
-FILE_NAME = re.compile(r"^\d{4}_(schema|table|type|function)_[a-z0-9_]+\.sql$")
+FILE_NAME = re.compile(r"^\d{4}_(schema|table|type|function|grant)_[a-z0-9_]+\.sql$")
 
 
 @pytest.mark.parametrize(("name", "text"), SOURCE, ids=[n for n, _ in SOURCE])

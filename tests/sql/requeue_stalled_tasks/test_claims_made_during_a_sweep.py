@@ -4,7 +4,9 @@ The interleaving, with three connections: a silent worker W1 holds task T; a swe
 first statement's snapshot predates everything below) and is held up while it checks workers;
 meanwhile W1's fail_task returns T to queued, and W2 registers and claims it (attempt 2); then the
 sweep goes on. The sweep is held up at a gate: a row-level security policy on pgflow.workers, for
-the sweep's role only, that waits for an advisory lock the test holds.
+the sweep's role only, that waits for an advisory lock the test holds. (The sweep's functions run
+as their caller in this test's database: as the engine's owner, which they are from engine 0019,
+they would pass the gate.)
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ create role {role} nologin;
 grant usage on schema pgflow, pgmq to {role};
 grant all on all tables in schema pgflow, pgmq to {role};
 grant all on all sequences in schema pgflow, pgmq to {role};
+grant execute on all functions in schema pgflow to {role};
+alter function pgflow.requeue_stalled_tasks() security invoker;
+alter function pgflow.find_stalled_tasks() security invoker;
 create function public.pass_the_gate() returns boolean language plpgsql volatile
   cost 0.0001 as $$
 begin

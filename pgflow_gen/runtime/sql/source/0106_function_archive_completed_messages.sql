@@ -7,6 +7,7 @@ create function pgflow.archive_completed_messages(queue_name text default null)
 returns int
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

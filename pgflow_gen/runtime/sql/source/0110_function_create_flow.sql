@@ -12,6 +12,7 @@ create function pgflow.create_flow(
 returns pgflow.flows
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

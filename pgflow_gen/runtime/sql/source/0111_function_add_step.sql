@@ -19,6 +19,7 @@ create function pgflow.add_step(
 returns pgflow.steps
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -8,6 +8,7 @@ create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -9,7 +9,8 @@
 -- changed. A result may carry a "summary" for people: what changed ("verified; options updated:
 -- ...", "recompiled: 6 run(s) deleted", "verified; kept the options and input schema adopted
 -- at ...").
--- Takes the flow's definition lock; any failure rolls back everything.
+-- Takes the flow's definition lock; any failure rolls back everything. An admin's function (it
+-- writes definitions); a worker without it verifies (pgflow.verify_flow_compiled).
 create function pgflow.ensure_flow_compiled(
   flow_slug text,
   shape jsonb,
@@ -19,29 +20,21 @@ create function pgflow.ensure_flow_compiled(
 returns jsonb
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
-  v_step_slugs text[];
   v_queues text[];
   v_derived jsonb;
-  v_persisted jsonb;
-  v_mode text;
   v_twin text;
-  v_differences text[] := '{}';
-  v_routing text[] := '{}';
+  v_differences text[];
   v_kind text;
   v_description jsonb;
   v_options jsonb;
   v_deleted_runs bigint;
 begin
-  perform pgflow._validate_flow_shape(shape);
-  v_step_slugs := array(select s.value ->> 'slug' from jsonb_array_elements(shape -> 'steps') as s);
-  select coalesce(array_agg(r.queue_name order by r.step_index), '{}'),
-    coalesce(jsonb_agg(jsonb_build_object('stepSlug', r.step_slug, 'queueName', r.queue_name) order by r.step_index), '[]')
-  into v_queues, v_derived
-  from pgflow.derive_queue_routes(flow_slug, v_step_slugs, queue_mode) as r;
-  perform pgflow._check_route_map(flow_slug, queue_mode, v_derived, route_map);
+  select c.queues, c.derived into v_queues, v_derived
+  from pgflow._check_flow_definition(flow_slug, shape, queue_mode, route_map) as c;
 
   perform pgflow._lock_flow_definition(flow_slug);
 
@@ -53,33 +46,15 @@ begin
         hint = 'Use the existing spelling, or a different flow slug.';
   end if;
 
-  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
-  if not found then
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
     perform pgflow._adopt_flow_description(flow_slug, shape);
     return jsonb_build_object('status', 'compiled', 'mismatchKind', null, 'differences', '[]'::jsonb);
   end if;
 
-  v_differences := pgflow._compare_flow_shapes(
-    pgflow._normalize_flow_shape(shape), pgflow._get_flow_shape(flow_slug)
-  );
-  if v_mode <> queue_mode then
-    v_routing := v_routing || format('Queue mode of flow "%s" differs: expected "%s", persisted "%s"',
-      flow_slug, queue_mode, v_mode);
-  end if;
-  -- Routes are compared even when shape and mode match (a changed resolver or a manual edit); with
-  -- a different shape the steps do not line up, and the shape differences say enough.
-  v_persisted := pgflow._get_queue_routes(flow_slug);
-  if cardinality(v_differences) = 0 and v_persisted <> v_derived then
-    v_routing := v_routing || array(
-      select format('Route of step "%s" of flow "%s" differs: expected queue "%s", persisted "%s"',
-        e.value ->> 'stepSlug', flow_slug, e.value ->> 'queueName', v_persisted -> (e.ordinality - 1)::int ->> 'queueName')
-      from jsonb_array_elements(v_derived) with ordinality as e
-      where e.value <> v_persisted -> (e.ordinality - 1)::int
-      order by e.ordinality
-    );
-  end if;
-  if cardinality(v_differences) = 0 and cardinality(v_routing) = 0 then
+  select d.kind, d.differences into v_kind, v_differences
+  from pgflow._flow_differences(flow_slug, shape, queue_mode, v_derived) as d;
+  if v_kind is null then
     v_description := pgflow._adopt_flow_description(flow_slug, shape);
     if (v_description ->> 'kept')::boolean then
       return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb,
@@ -101,8 +76,6 @@ begin
         from jsonb_array_elements(v_options) with ordinality as x (c, o)
       ));
   end if;
-  v_kind := case when cardinality(v_differences) > 0 then 'shape' else 'routing' end;
-  v_differences := v_differences || v_routing;
 
   if coalesce(current_setting('pgflow.local', true), '') = 'on' then
     -- The new queues must be free before the old definition goes (its own queues count as free).

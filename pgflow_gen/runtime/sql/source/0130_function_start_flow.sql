@@ -13,6 +13,7 @@ create function pgflow.start_flow(
 returns setof pgflow.runs
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 -- The conflict target names columns that are parameters too; every other use is qualified.

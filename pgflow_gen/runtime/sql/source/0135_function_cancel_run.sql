@@ -9,6 +9,7 @@ create function pgflow.cancel_run(run_id uuid, reason text default null)
 returns pgflow.runs
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -6,6 +6,7 @@ create function pgflow.pause_step(flow_slug text, step_slug text, reason text de
 returns pgflow.step_pauses
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

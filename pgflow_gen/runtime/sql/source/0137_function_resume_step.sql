@@ -6,6 +6,7 @@ create function pgflow.resume_step(flow_slug text, step_slug text)
 returns int
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
@@ -30,7 +31,7 @@ begin
     group by l.queue_name
   loop
     select count(*) into v_count
-    from pgflow.set_vt_batch(v_queue, v_messages, array_fill(0, array[cardinality(v_messages)]));
+    from pgflow._set_vt_batch(v_queue, v_messages, array_fill(0, array[cardinality(v_messages)]));
     v_shown := v_shown + v_count;
     -- Wake the queue's workers as an insert would, rather than leave it to their next poll.
     perform pg_notify('pgmq.' || pgflow.pgmq_table_name(v_queue) || '.INSERT', '');

@@ -13,6 +13,7 @@ create function pgflow.retry_run(run_id uuid)
 returns pgflow.runs
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

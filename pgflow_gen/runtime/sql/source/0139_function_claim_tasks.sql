@@ -17,6 +17,7 @@ create function pgflow.claim_tasks(
 returns setof pgflow.claimed_task
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -9,6 +9,7 @@ create function pgflow.complete_task(run_id uuid, step_slug text, task_index int
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
@@ -16,6 +17,7 @@ declare
   v_task pgflow.step_tasks;
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
+  perform pgflow._require_task_routes(array[run_id], array[step_slug]);
   select r.status as run_status, ss.status as step_status, ss.remaining_tasks, s.step_type, t as task,
     -- The first map step fed by this single step, if any (its output must then be an array).
     (select c.step_slug from pgflow.deps as d

@@ -13,6 +13,7 @@ create function pgflow.fail_task(
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
@@ -22,6 +23,7 @@ declare
   v_delayed int;
   v_note text;
 begin
+  perform pgflow._require_task_routes(array[run_id], array[step_slug]);
   select r.status as run_status, t as task into v_locked
   from pgflow.runs as r
   join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = fail_task.step_slug
@@ -66,7 +68,7 @@ begin
   -- permanent one (the handler said no retry can succeed).
   if v_task.attempts_count < v_step.max_attempts and v_task.permanently_stalled_at is null
     and permanent_reason is null then
-    select count(*) into v_delayed from pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id],
+    select count(*) into v_delayed from pgflow._set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_task.attempts_count)]);
     if v_delayed = 1 then
       update pgflow.step_tasks as t

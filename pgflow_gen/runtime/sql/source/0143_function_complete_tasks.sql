@@ -24,6 +24,7 @@ create function pgflow.complete_tasks(
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
+security definer
 set search_path = ''
 set enable_seqscan = off
 set plan_cache_mode = force_generic_plan
@@ -56,6 +57,7 @@ begin
   if v_count = 0 then
     return;
   end if;
+  perform pgflow._require_task_routes(run_ids, step_slugs);
   -- Elements are paired by position, and the general path indexes them from 1.
   if array_ndims(run_ids) <> 1 or array_lower(run_ids, 1) <> 1
     or array_ndims(step_slugs) <> 1 or array_lower(step_slugs, 1) <> 1

@@ -10,6 +10,7 @@ create function pgflow.send_signal(run_id uuid, step_slug text, payload jsonb)
 returns pgflow.signals
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -8,6 +8,7 @@ create function pgflow.find_stalled_tasks()
 returns table (run_id uuid, step_slug text, task_index int)
 language sql
 stable
+security definer
 set search_path = ''
 as $$
   select t.run_id, t.step_slug, t.task_index

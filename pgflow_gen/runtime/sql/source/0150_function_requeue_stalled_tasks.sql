@@ -10,6 +10,7 @@ create function pgflow.requeue_stalled_tasks()
 returns int
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
@@ -70,7 +71,7 @@ begin
   -- Requeued tasks become visible at once; parked ones leave the queue.
   for v_queue in select distinct q from unnest(v_requeue_queues) as q loop
     v_ids := array(select x.m from unnest(v_requeue_queues, v_requeue_messages) as x (q, m) where x.q = v_queue);
-    perform pgflow.set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
+    perform pgflow._set_vt_batch(v_queue, v_ids, array_fill(0, array[cardinality(v_ids)]));
   end loop;
   perform pgflow._archive_task_messages(v_park_queues, v_park_messages);
   return coalesce(cardinality(v_requeue_messages), 0);

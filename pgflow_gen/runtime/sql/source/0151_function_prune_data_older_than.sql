@@ -12,6 +12,7 @@ create function pgflow.prune_data_older_than(retention interval, batch_size int 
 returns jsonb
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

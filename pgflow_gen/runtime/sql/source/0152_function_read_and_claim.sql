@@ -25,6 +25,7 @@ create function pgflow.read_and_claim(
 returns setof pgflow.claimed_task
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

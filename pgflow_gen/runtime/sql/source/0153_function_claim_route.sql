@@ -23,6 +23,7 @@ declare
   v_route text;
   v_twin text;
 begin
+  perform pgflow._require_step_route(flow_slug, step_slug);
   if queue_name is null then
     raise exception 'A claim needs the queue the messages were read from.' using errcode = '22004';
   end if;

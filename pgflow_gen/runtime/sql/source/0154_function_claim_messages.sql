@@ -101,7 +101,7 @@ begin
     )
     select array_agg(h.message_id order by h.message_id) into v_held from held as h;
     if v_held is not null then
-      perform pgflow.set_vt_batch(queue_name, v_held, array_fill(60, array[cardinality(v_held)]));
+      perform pgflow._set_vt_batch(queue_name, v_held, array_fill(60, array[cardinality(v_held)]));
       raise notice 'claim_tasks held % message(s) of paused steps in queue "%".',
         cardinality(v_held), queue_name
         using detail = jsonb_build_object('held_message_ids', to_jsonb(v_held))::text;
@@ -140,7 +140,7 @@ begin
         || array_fill(greatest(1, ceil(coalesce(v_capacity.retry_in_s, 1)))::int, array[cardinality(v_over)]);
     end loop;
     if cardinality(v_limited) > 0 then
-      perform pgflow.set_vt_batch(queue_name, v_limited, v_limited_holds);
+      perform pgflow._set_vt_batch(queue_name, v_limited, v_limited_holds);
       raise notice 'claim_tasks limited % message(s) of queue "%": their steps are at a limit.',
         cardinality(v_limited), queue_name
         using detail = jsonb_build_object('limited_message_ids', to_jsonb(v_limited))::text;
@@ -217,7 +217,7 @@ begin
       select u.id from unnest(coalesce(v_message_ids, '{}') || coalesce(v_held, '{}')
         || coalesce(v_limited, '{}') || coalesce(v_orphans, '{}')) as u (id)
       order by 1);
-    perform pgflow.set_vt_batch(queue_name, v_rehidden, array_fill(read_vt, array[cardinality(v_rehidden)]));
+    perform pgflow._set_vt_batch(queue_name, v_rehidden, array_fill(read_vt, array[cardinality(v_rehidden)]));
   end if;
   if v_message_ids is null then
     return;
@@ -235,7 +235,7 @@ begin
   from unnest(v_message_ids, v_timeouts) with ordinality as x (m, t, n)
   where lease is null or x.t + 2 <> lease;
   if v_unleased is not null then
-    select count(*) into v_visible_set from pgflow.set_vt_batch(queue_name, v_unleased, v_offsets);
+    select count(*) into v_visible_set from pgflow._set_vt_batch(queue_name, v_unleased, v_offsets);
     if v_visible_set <> cardinality(v_unleased) then
       raise exception 'claim_tasks: % of % claimed messages are missing from queue "%".',
         cardinality(v_unleased) - v_visible_set, cardinality(v_unleased), queue_name

@@ -23,6 +23,7 @@ create function pgflow.complete_and_claim(
 returns setof pgflow.claimed_task
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

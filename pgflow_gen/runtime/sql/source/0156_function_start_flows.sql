@@ -12,6 +12,7 @@ create function pgflow.start_flows(flow_slug text, inputs jsonb[], idempotency_k
 returns setof pgflow.runs
 language plpgsql
 volatile
+security definer
 set search_path = ''
 set plan_cache_mode = force_generic_plan
 set enable_seqscan = off

@@ -1,5 +1,6 @@
 -- A worker process announces itself and the one queue it polls (and, for a step worker, its flow
--- and step). Re-registering the same worker id refreshes it. Called once at worker startup.
+-- and step). Re-registering the same worker id refreshes it. Called once at worker startup. A step
+-- role (pgflow.step_roles) registers only for its own step and that step's queue.
 create function pgflow.register_worker(
   worker_id uuid,
   queue_name text,
@@ -8,15 +9,26 @@ create function pgflow.register_worker(
   step_slug text default null
 )
 returns pgflow.workers
-language sql
+language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
+declare
+  v_worker pgflow.workers;
+begin
+  perform pgflow._require_step_route(flow_slug, step_slug);
+  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+    perform pgflow._require_queue_route(queue_name);
+  end if;
   insert into pgflow.workers as w (worker_id, queue_name, function_name, flow_slug, step_slug)
-  values (worker_id, queue_name, function_name, flow_slug, step_slug)
-  on conflict (worker_id) do update
+  values (register_worker.worker_id, register_worker.queue_name, register_worker.function_name,
+    register_worker.flow_slug, register_worker.step_slug)
+  on conflict on constraint workers_pkey do update
   set queue_name = excluded.queue_name, function_name = excluded.function_name,
     flow_slug = excluded.flow_slug, step_slug = excluded.step_slug,
     last_heartbeat_at = clock_timestamp(), stopped_at = null
-  returning w.*
+  returning w.* into v_worker;
+  return v_worker;
+end;
 $$;

@@ -4,11 +4,13 @@ create function pgflow.heartbeat_worker(worker_id uuid)
 returns boolean
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
   v_deprecated boolean;
 begin
+  perform pgflow._require_worker_route(worker_id);
   update pgflow.workers as w set last_heartbeat_at = clock_timestamp()
   where w.worker_id = heartbeat_worker.worker_id
   returning w.deprecated_at is not null into v_deprecated;

@@ -14,6 +14,7 @@ returns table (
 )
 language sql
 stable
+security definer
 set search_path = ''
 as $$
   select s.flow_slug, s.step_slug, s.step_index, s.queue_name,

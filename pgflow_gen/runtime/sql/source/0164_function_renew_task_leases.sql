@@ -13,11 +13,13 @@ create function pgflow.renew_task_leases(
 returns int
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
   v_renewed int;
 begin
+  perform pgflow._require_task_routes(run_ids, step_slugs);
   with held as (
     select t.run_id, t.step_slug, t.task_index
     from unnest(run_ids, step_slugs, task_indexes, attempts) as k (run_id, step_slug, task_index, attempt)

@@ -10,6 +10,7 @@ create function pgflow.enable_insert_notifications(queue_name text)
 returns boolean
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare
@@ -20,6 +21,7 @@ begin
   if v_table is null then
     raise exception 'Queue "%" does not exist.', v_queue using errcode = '42P01';
   end if;
+  perform pgflow._require_queue_route(v_queue);
   if exists (
     select 1 from pg_catalog.pg_trigger as t
     where t.tgrelid = v_table and t.tgname = 'trigger_notify_queue_insert_listeners'

@@ -9,6 +9,7 @@ create function pgflow.finished_tasks(since interval default '1 hour', by_step b
 returns table (queue_name text, step_slug text, minute timestamptz, tasks bigint)
 language plpgsql
 stable
+security definer
 set search_path = ''
 as $$
 declare

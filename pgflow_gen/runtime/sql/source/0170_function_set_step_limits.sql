@@ -15,6 +15,7 @@ create function pgflow.set_step_limits(
 returns pgflow.step_limits
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 begin

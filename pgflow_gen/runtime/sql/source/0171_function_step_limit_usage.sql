@@ -17,6 +17,7 @@ returns table (
 )
 language sql
 stable
+security definer
 set search_path = ''
 as $$
   select l.flow_slug, l.step_slug, s.queue_name, l.max_in_flight, l.rate_limit, l.rate_period_s,

@@ -15,6 +15,7 @@ create function pgflow.start_scheduled_runs(
 returns table (slot timestamptz, run_id uuid, created boolean)
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -4,6 +4,7 @@ create function pgflow.resume_schedule(flow_slug text, schedule_name text)
 returns pgflow.schedules
 language plpgsql
 volatile
+security definer
 set search_path = ''
 as $$
 declare

@@ -9,6 +9,7 @@
 create function pgflow._balance_concurrency_keys()
 returns trigger
 language plpgsql
+security definer
 set search_path = ''
 set enable_seqscan = off
 as $$

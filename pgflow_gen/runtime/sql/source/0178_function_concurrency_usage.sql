@@ -19,6 +19,7 @@ returns table (
 )
 language sql
 stable
+security definer
 set search_path = ''
 as $$
   select s.flow_slug, s.step_slug, s.queue_name, s.opt_concurrency_key, s.opt_concurrency_limit,

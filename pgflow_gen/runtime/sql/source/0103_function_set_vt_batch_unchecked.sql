@@ -1,7 +1,8 @@
 -- Sets the visibility of several messages of one queue in one statement (PGMQ has no batched
 -- set_vt with per-message offsets). Unknown ids are ignored; callers compare the returned rows.
--- Locks the PGMQ rows it updates: callers must already hold the matching step_tasks rows.
-create function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets int[])
+-- Locks the PGMQ rows it updates: callers must already hold the matching step_tasks rows. The
+-- engine's own callers use it; sessions call pgflow.set_vt_batch, which checks the queue first.
+create function pgflow._set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets int[])
 returns table (msg_id bigint, vt timestamptz)
 language plpgsql
 volatile

@@ -1,0 +1,11 @@
+-- Each given run's id and the trace context it was started in (engine 0016's runs.traceparent),
+-- for the workers' tracing spans (engine 0019: workers read no table). No writes, no locks.
+create function pgflow.run_trace_contexts(run_ids uuid[])
+returns table (run_id uuid, traceparent text)
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select r.run_id, r.traceparent from pgflow.runs as r where r.run_id = any (run_ids)
+$$;
