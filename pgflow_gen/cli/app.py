@@ -39,7 +39,7 @@ from pgflow_gen.cli.exits import (
     EXIT_USAGE,
 )
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import database, errors, migrations
+from pgflow_gen.runtime import database, errors, migrations, roles
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,6 +111,12 @@ def _database_error(exc: psycopg.Error) -> int:
             " database first.",
             file=sys.stderr,
         )
+    elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        diag = exc.diag
+        print(f"error: {diag.message_primary or exc}", file=sys.stderr)
+        if diag.message_detail:
+            print(f"  detail: {diag.message_detail}", file=sys.stderr)
+        print(f"  hint: {diag.message_hint or roles.PERMISSION_HINT}", file=sys.stderr)
     elif isinstance(exc, psycopg.OperationalError):
         reason = database.redact(str(exc)).rstrip()
         print(f"error: cannot reach the database: {reason}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The `pgflow-gen db` commands: the project's embedded server (`start`, `stop`, `url`), what a
-database has (`status`), the engine (`migrate`, `sql`) and the generated flow migrations
-(`apply`, `export`; flow_sql.py)."""
+database has (`status`), the engine (`migrate`, `sql`), its roles (`roles`) and the generated
+flow migrations (`apply`, `export`; flow_sql.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
+from pgflow_gen.runtime import roles as roles_module
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -68,6 +69,29 @@ def register(commands: cli_parser.Commands) -> None:
         " number after your own migrations)",
     )
     export.set_defaults(handler=_db_export)
+    roles = db.add(
+        "roles",
+        "print (or --apply) the engine's group roles and their grants (least privilege)",
+        database=True,
+    )
+    roles.add_argument(
+        "--apply", action="store_true", help="run the statements (one transaction) instead"
+    )
+    roles.add_argument(
+        "--prefix",
+        default=roles_module.DEFAULT_PREFIX,
+        metavar="NAME",
+        help="the roles are NAME_reader, NAME_client, NAME_worker, NAME_admin (default: pgflow)",
+    )
+    roles.add_argument(
+        "--per-step",
+        action="append",
+        default=[],
+        metavar="FLOW",
+        help="also one login role per step of FLOW (per-step queues), held to its own step;"
+        " repeatable",
+    )
+    roles.set_defaults(handler=_db_roles)
     sql = db.add("sql", "print the engine SQL for other migration tools")
     sql.add_argument("--with-pgmq", action="store_true", help="prepend PGMQ's own install SQL")
     sql.set_defaults(handler=_db_sql)
@@ -132,7 +156,14 @@ def _db_migrate(args: argparse.Namespace) -> int:
             target=args.target,
             on_apply=lambda m: print(f"applying {m.version}_{m.name} ...", flush=True),
         )
+        # Functions a migration added go to the roles `db roles --apply` granted before (and
+        # a grant revoked by hand comes back).
+        names = roles_module.recorded(conn)
+        if names is not None:
+            roles_module.apply(conn, roles_module.group_statements(conn, names))
     print(f"applied {len(done)} migration(s)" if done else "engine is up to date")
+    if names is not None:
+        print(f"granted again: {', '.join(names.of(kind) for kind in roles_module.KINDS)}")
     return EXIT_OK
 
 
@@ -163,6 +194,36 @@ def _db_export(args: argparse.Namespace) -> int:
     for item in written:
         print(f"wrote   {item.path} (flow {item.flow})")
     print(f"{len(written)} written, {len(files) - len(written)} unchanged")
+    return EXIT_OK
+
+
+def _db_roles(args: argparse.Namespace) -> int:
+    if not roles_module.PREFIX_PATTERN.fullmatch(args.prefix):
+        raise UsageError(
+            f"--prefix {args.prefix!r} is not a role name prefix.",
+            hint="Use up to 15 lower-case letters, digits and underscores, starting with a"
+            " letter (say, app): a step role's name adds a queue name of up to 47 characters.",
+        )
+    names = roles_module.RoleNames.with_prefix(args.prefix)
+    url = project_module.database_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        roles_module.engine_ready(conn)
+        statements = roles_module.group_statements(conn, names)
+        step_roles = [
+            role
+            for flow in args.per_step
+            for role in roles_module.step_roles(conn, flow, args.prefix)
+        ]
+        statements += roles_module.step_statements(step_roles, names)
+        if not args.apply:
+            print(roles_module.render(conn, statements), end="")
+            return EXIT_OK
+        roles_module.apply(conn, statements)
+    print(f"roles: {', '.join(names.of(kind) for kind in roles_module.KINDS)} granted")
+    for role in step_roles:
+        print(f'step role: {role.role} (step "{role.step_slug}" of flow "{role.flow_slug}")')
+    if step_roles:
+        print("next: give each step role its secret (alter role ... password '...')")
     return EXIT_OK
 
 

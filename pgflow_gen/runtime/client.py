@@ -34,7 +34,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.runtime import database, errors, inputs, queries, tracing
+from pgflow_gen.runtime import database, errors, inputs, queries, roles, tracing
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
 
@@ -816,6 +816,10 @@ def engine_error(
             "A run with this run_id exists already; nothing was started.",
             detail=diag.message_detail,
             hint="Pass a new run_id, or none (the engine makes one).",
+        )
+    elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return errors.DatabaseError(
+            message, detail=diag.message_detail, hint=diag.message_hint or roles.PERMISSION_HINT
         )
     return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 

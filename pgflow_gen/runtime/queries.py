@@ -15,6 +15,16 @@ from typing import Final, LiteralString
 FUNCTION_EXISTS: Final[LiteralString] = "select to_regprocedure(%s)"
 #: Compile a flow, or verify it matches: (slug, shape, queue mode, route map) -> status JSON.
 ENSURE_FLOW_COMPILED: Final[LiteralString] = "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)"
+#: Whether this session's role may compile flows (engine 0019 grants it to admins only; an
+#: engine before 0019 lets everyone who may connect).
+MAY_COMPILE: Final[LiteralString] = (
+    "select case when to_regprocedure('pgflow.verify_flow_compiled(text, jsonb, text, jsonb)')"
+    " is null then true else has_function_privilege("
+    "'pgflow.ensure_flow_compiled(text, jsonb, text, jsonb)', 'execute') end"
+)
+#: Verify a flow matches, changing nothing (engine 0019): the same arguments and result as
+#: ENSURE_FLOW_COMPILED, or status "missing".
+VERIFY_FLOW_COMPILED: Final[LiteralString] = "select pgflow.verify_flow_compiled(%s, %s, %s, %s)"
 #: (worker id, queue, name, flow slug, step slug or NULL).
 REGISTER_WORKER: Final[LiteralString] = "select from pgflow.register_worker(%s, %s, %s, %s, %s)"
 #: One worker at a time sets up insert notifications: (namespace, key).
@@ -87,8 +97,13 @@ COMPLETE_AND_CLAIM: Final[LiteralString] = (
 # -- upkeep --------------------------------------------------------------------------------------
 #: (worker id) -> whether an operator deprecated the worker.
 HEARTBEAT: Final[LiteralString] = "select pgflow.heartbeat_worker(%s)"
-#: (run ids) -> each run's id and the trace context it was started in (engine 0016).
+#: (run ids) -> each run's id and the trace context it was started in (engine 0019; workers
+#: read no table).
 TRACE_CONTEXTS: Final[LiteralString] = (
+    "select run_id, traceparent from pgflow.run_trace_contexts(%s)"
+)
+#: The same from the table, on an engine from 0016 to 0018.
+TRACE_CONTEXTS_TABLE: Final[LiteralString] = (
     "select run_id, traceparent from pgflow.runs where run_id = any(%s)"
 )
 #: (traceparent) -> this transaction's runs keep the caller's trace context (engine 0016).
@@ -112,8 +127,11 @@ MARK_STOPPED: Final[LiteralString] = "select pgflow.mark_worker_stopped(%s)"
 PING: Final[LiteralString] = "select 1"
 
 # -- handlers ------------------------------------------------------------------------------------
-#: (run id) -> the run input, for `ctx.flow_input()` of tasks that do not carry it.
-RUN_INPUT: Final[LiteralString] = "select input from pgflow.runs where run_id = %s"
+#: (run id) -> the run input, for `ctx.flow_input()` of tasks that do not carry it (engine 0019;
+#: a step's own role reads only runs with a task of its step).
+RUN_INPUT: Final[LiteralString] = "select pgflow.run_input(%s)"
+#: The same from the table, on an engine before 0019.
+RUN_INPUT_TABLE: Final[LiteralString] = "select input from pgflow.runs where run_id = %s"
 #: (run id) -> the run's status (the testing kit's loop).
 RUN_STATUS: Final[LiteralString] = "select status from pgflow.runs where run_id = %s"
 #: (run id) -> each step's (slug, status, remaining tasks), for the testing kit's messages.

@@ -205,6 +205,7 @@ class PsycopgSession:
         self._permanent_failures = True
         self._one_call_claims = True
         self._joint_calls = True
+        self._run_functions = True
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -463,7 +464,13 @@ class PsycopgSession:
         await self.conn.execute(queries.MARK_STOPPED, (worker_id,))
 
     async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
-        cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
+        if self._run_functions:
+            try:
+                cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
+                return {row[0]: row[1] for row in await cursor.fetchall()}
+            except psycopg.errors.UndefinedFunction:
+                self._run_functions = False  # an engine before 0019: the table from now on
+        cursor = await self.conn.execute(queries.TRACE_CONTEXTS_TABLE, (run_ids,))
         return {row[0]: row[1] for row in await cursor.fetchall()}
 
     async def listen(self, channel: str) -> None:

@@ -39,7 +39,8 @@ async def compile_flow(
     queue_mode: QueueMode,
     route_map: Sequence[Mapping[str, str]],
 ) -> Compilation:
-    """Compile `flow` (or check it matches what is compiled) and say what happened.
+    """Compile `flow` (or check it matches what is compiled) and say what happened. A role
+    that may not compile (engine 0019's worker role) only verifies.
 
     Raises DatabaseError (no engine, an engine too old, a lost connection),
     FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
@@ -55,8 +56,12 @@ async def compile_flow(
                 f" {NEWEST_ENGINE_MIGRATION}) is missing.",
                 hint="Run `pgflow-gen db migrate` against this database first.",
             )
+        cursor = await conn.execute(queries.MAY_COMPILE)
+        may_compile = await cursor.fetchone()
         cursor = await conn.execute(
-            queries.ENSURE_FLOW_COMPILED,
+            queries.ENSURE_FLOW_COMPILED
+            if may_compile is None or may_compile[0]
+            else queries.VERIFY_FLOW_COMPILED,
             (flow.slug, Jsonb(flow.shape()), queue_mode, Jsonb(list(route_map))),
         )
     except psycopg.OperationalError as exc:
@@ -85,6 +90,13 @@ async def compile_flow(
     row = await cursor.fetchone()
     result: dict[str, Any] = row[0] if row else {}
     status = result.get("status")
+    if status == "missing":
+        raise errors.FlowCompilationError(
+            f'Flow "{flow.slug}" is not compiled in this database, and this worker\'s role may'
+            " not compile it.",
+            detail="pgflow.ensure_flow_compiled is granted to the admin role only.",
+            hint="Apply the flow's migration as an admin first (`pgflow-gen db apply`).",
+        )
     if status == "mismatch":
         kind = result.get("mismatchKind")
         error = (

@@ -1,0 +1,81 @@
+"""Least privilege end to end (engine 0019): each step's generated worker runs with its step's
+own role, a client role starts the run, a reader role watches it with the CLI, and a worker with
+another step's role stops at startup with one clear line."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.e2e.harness import PROJECT, Db, Workers, run_cli
+from tests.roles import Logins
+
+STEPS_MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2eSteps.sql"
+
+
+def test_every_step_runs_with_its_own_role(
+    workers: Workers, db: Db, logins: Logins, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.conn.execute(STEPS_MIGRATION.read_text())  # the admin's part: the flow is compiled
+    step_roles = {r.step_slug: r.role for r in logins.add_step_roles("e2eSteps")}
+    for step, role in step_roles.items():
+        workers.start("e2e_steps", step, PGFLOW_DATABASE_URL=logins.url_of(role)).started()
+
+    client_url = logins.url_of(logins.login_role("client"))
+    code, out, err = run_cli(
+        capsys, client_url, "start", "e2eSteps", "--input", '{"n": 1}', "--format", "json"
+    )
+    assert (code, err) == (0, "")
+    run_id = uuid.UUID(json.loads(out)["run_id"])
+    run = db.finished(run_id)
+    assert (run["status"], run["output"]) == ("completed", {"second": 4, "side": "side 1"})
+    # Each task was claimed by the worker of its own step's role:
+    claimed = db.all(
+        "select t.step_slug, w.step_slug as worker_step from pgflow.step_tasks t"
+        " join pgflow.workers w on w.worker_id = t.last_worker_id order by 1"
+    )
+    assert [(r["step_slug"], r["worker_step"]) for r in claimed] == [
+        ("first", "first"),
+        ("second", "second"),
+        ("side", "side"),
+    ]
+
+    reader_url = logins.url_of(logins.login_role("reader"))
+    code, out, err = run_cli(capsys, reader_url, "status", str(run_id), "--format", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["run"]["status"] == "completed"
+    code, out, err = run_cli(capsys, reader_url, "start", "e2eSteps", "--input", '{"n": 2}')
+    assert code == 1
+    assert "error: permission denied for function start_flow" in err
+    assert "This needs a role the engine grants it (pgflow-gen db roles" in err
+    assert "Traceback" not in err
+
+
+def test_a_worker_with_another_steps_role_stops_at_startup(
+    workers: Workers, db: Db, logins: Logins
+) -> None:
+    db.conn.execute(STEPS_MIGRATION.read_text())
+    step_roles = {r.step_slug: r.role for r in logins.add_step_roles("e2eSteps")}
+    worker = workers.start(
+        "e2e_steps", "first", PGFLOW_DATABASE_URL=logins.url_of(step_roles["second"])
+    )
+    assert worker.wait() == 1
+    log = worker.log()
+    assert f'Role "{step_roles["second"]}" may not work on step "first" of flow "e2eSteps".' in log
+    assert "Traceback" not in log
+    assert db.value("select count(*) from pgflow.workers") == 0
+
+
+def test_a_worker_of_a_flow_nobody_compiled_says_who_may(
+    workers: Workers, db: Db, logins: Logins
+) -> None:
+    worker_url = logins.url_of(logins.login_role("worker"))
+    worker = workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=worker_url)
+    assert worker.wait() == 1
+    log = worker.log()
+    assert "this worker's role may not compile it" in log
+    assert "Apply the flow's migration as an admin first (`pgflow-gen db apply`)." in log
+    assert "Traceback" not in log
+    assert db.value("select count(*) from pgflow.flows") == 0
