@@ -9,7 +9,7 @@ Four group roles (NOLOGIN; grant them to login roles):
 
 Every function a role may call runs as the engine's owner (security definer) and checks its
 caller; tables are granted for reading only (reader), never for writing, and not at all to
-workers. A step role (`per_step_statements`) is a login role, a member of worker, that the
+workers. A step role (`step_statements`) is a login role, a member of worker, that the
 engine lets claim, report on and read only its own step's tasks (`pgflow.step_roles`).
 
 The statements are built against a database: grants name each function's exact signature, and
@@ -29,7 +29,7 @@ from psycopg import sql
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
 
-#: The kinds of group role, in the order they are created (each may include the one before).
+#: The kinds of group role, in the order they are created (client includes reader, admin client).
 KINDS: Final = ("reader", "client", "worker", "admin")
 #: The group roles' default prefix: pgflow_reader, pgflow_client, pgflow_worker, pgflow_admin.
 DEFAULT_PREFIX: Final = "pgflow"

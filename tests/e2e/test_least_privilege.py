@@ -79,3 +79,19 @@ def test_a_worker_of_a_flow_nobody_compiled_says_who_may(
     assert "Apply the flow's migration as an admin first (`pgflow-gen db apply`)." in log
     assert "Traceback" not in log
     assert db.value("select count(*) from pgflow.flows") == 0
+
+
+def test_an_admin_applies_the_flows_and_a_worker_role_runs_a_plain_flow(
+    workers: Workers, db: Db, logins: Logins, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin_url = logins.url_of(logins.login_role("admin"))
+    code, out, err = run_cli(capsys, admin_url, "db", "apply", str(PROJECT / "app" / "pgflow"))
+    assert (code, err) == (0, "")
+    assert "e2ePlain" in {r["flow_slug"] for r in db.all("select flow_slug from pgflow.flows")}
+    worker_url = logins.url_of(logins.login_role("worker"))
+    workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=worker_url).started()
+    run_id = db.start("e2ePlain", {"name": "Ada"})
+    assert db.finished(run_id)["output"] == {"wrap_up": "ADA!"}
+    code, out, err = run_cli(capsys, admin_url, "prune", "--older-than", "0s", "--yes")
+    assert (code, err) == (0, "")
+    assert db.value("select count(*) from pgflow.runs") == 0

@@ -353,3 +353,15 @@ def test_deleting_a_flow_takes_its_parked_tasks_and_keys(fair: Engine) -> None:
 
     assert fair.value("select count(*) from pgflow.parked_tasks") == 0
     assert fair.value("select count(*) from pgflow.concurrency_keys") == 0
+
+
+def test_a_session_that_clears_the_setting_before_it_commits_still_settles(fair: Engine) -> None:
+    """Engine 0019: the commit-time settlement does not trust pgflow.concurrency_events, which
+    any session may set; its own transaction's events decide."""
+    runs = [start(fair, "a", n) for n in range(3)]
+    assert queued_keys(fair) == [("a", 0), ("a", 1)]
+    with fair.conn.transaction():
+        fair.call("cancel_run", runs[0])  # frees a place when the transaction commits
+        fair.conn.execute("select set_config('pgflow.concurrency_events', '', true)")
+    assert queued_keys(fair) == [("a", 1), ("a", 2)]
+    assert_consistent(fair)

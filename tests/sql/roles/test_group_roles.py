@@ -180,3 +180,29 @@ def test_granting_twice_changes_nothing_and_is_recorded(
 ) -> None:
     roles.apply(conn, roles.group_statements(conn, logins.names))
     assert roles.recorded(conn) == logins.names
+
+
+def test_keyed_tasks_settle_when_a_clients_or_workers_transaction_commits(
+    engine: Engine, logins: Logins
+) -> None:
+    """The commit-time settlement of concurrency keys (engine 0018, a deferred trigger) runs as
+    the committing session's role, which may read no table: it runs as the owner."""
+    keyed = {
+        "steps": [
+            shape_step("render", options={"concurrencyKey": "$.tenant", "concurrencyLimit": 1})
+        ],
+        "options": {},  # a described shape, as generated migrations send: its options apply
+    }
+    engine.value("select pgflow.ensure_flow_compiled('reports', %s)", Jsonb(keyed))
+    client = logins.login("client")
+    start = "select run_id from pgflow.start_flow('reports', %s)"
+    runs = [client.execute(start, (Jsonb({"tenant": "a"}),)).fetchall()[0][0] for _ in range(2)]
+    assert [engine.task(r, "render")["message_id"] is not None for r in runs] == [True, False]
+    worker = logins.login("worker")
+    worker.execute("select pgflow.register_worker(%s, 'reports', 'w')", (WORKER,))
+    [task] = worker.execute(
+        "select run_id, attempt from pgflow.read_and_claim('reports', 'reports', %s, 10, 30)",
+        (WORKER,),
+    ).fetchall()
+    worker.execute("select pgflow.fail_task(%s, 'render', 0, 'no', %s, 'gone')", task)
+    assert engine.task(runs[1], "render")["message_id"] is not None  # the place passed on

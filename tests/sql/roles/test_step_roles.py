@@ -85,6 +85,13 @@ def test_a_step_role_cannot_claim_another_steps_tasks(engine: Engine, orders: An
     refused(mail, "select * from pgflow.read_and_claim('orders', %s, %s, 10, 30)", CHARGE, MAILER)
     refused(
         mail,
+        "select * from pgflow.complete_and_claim('orders', %s, %s, 10, 30, 'charge',"
+        " '{}', '{}', '{}', '{}', '{}')",
+        CHARGE,
+        MAILER,
+    )
+    refused(
+        mail,
         "select * from pgflow.start_tasks('orders', array[1]::bigint[], %s, %s, 'charge')",
         MAILER,
         CHARGE,

@@ -18,7 +18,10 @@ declare
   v_limit int;
   v_admitted int;
 begin
-  if current_setting('pgflow.concurrency_events', true) is distinct from 'pending' then
+  -- The setting spares the later firings a look at the table, but the session could clear it:
+  -- without it, the transaction's own events decide (engine 0019).
+  if current_setting('pgflow.concurrency_events', true) is distinct from 'pending'
+    and not exists (select 1 from pgflow.concurrency_events as e where e.xact = pg_current_xact_id()) then
     return null;
   end if;
   perform set_config('pgflow.concurrency_events', '', true);
