@@ -92,6 +92,6 @@ def test_an_admin_applies_the_flows_and_a_worker_role_runs_a_plain_flow(
     workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=worker_url).started()
     run_id = db.start("e2ePlain", {"name": "Ada"})
     assert db.finished(run_id)["output"] == {"wrap_up": "ADA!"}
-    code, out, err = run_cli(capsys, admin_url, "prune", "--older-than", "0s", "--yes")
+    code, _, err = run_cli(capsys, admin_url, "prune", "--older-than", "0s", "--yes")
     assert (code, err) == (0, "")
     assert db.value("select count(*) from pgflow.runs") == 0
