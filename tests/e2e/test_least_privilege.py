@@ -87,6 +87,7 @@ def test_an_admin_applies_the_flows_and_a_worker_role_runs_a_plain_flow(
     admin_url = logins.url_of(logins.login_role("admin"))
     code, out, err = run_cli(capsys, admin_url, "db", "apply", str(PROJECT / "app" / "pgflow"))
     assert (code, err) == (0, "")
+    assert "e2ePlain.sql" in out
     assert "e2ePlain" in {r["flow_slug"] for r in db.all("select flow_slug from pgflow.flows")}
     worker_url = logins.url_of(logins.login_role("worker"))
     workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=worker_url).started()
