@@ -68,6 +68,18 @@ begin
 end;
 $$;
 
+-- Whether this session's login role (session_user, which security definer functions and SET ROLE
+-- leave as it is) is a step role of pgflow.step_roles (engine 0019): one index probe. The one
+-- statement of the rule, for pgflow._require_step_route and the other checks. No writes.
+create function pgflow._session_is_step_role()
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select exists (select 1 from pgflow.step_roles as r where r.role_name = session_user)
+$$;
+
 -- Refuses (SQLSTATE 42501) a session whose login role is a step role (pgflow.step_roles) when the
 -- step route it works on is not its own; a null step (a flow-mode claim) is no step role's route.
 -- Other sessions pass after one index probe. Called by the claims (pgflow._claim_route),
@@ -81,7 +93,7 @@ as $$
 declare
   v_routes text;
 begin
-  if not exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if not pgflow._session_is_step_role() then
     return;
   end if;
   if exists (
@@ -112,7 +124,7 @@ as $$
 declare
   v_other record;
 begin
-  if not exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if not pgflow._session_is_step_role() then
     return;
   end if;
   select coalesce(r.flow_slug, '(unknown run)') as flow_slug, k.step_slug into v_other
@@ -146,7 +158,7 @@ begin
     raise exception 'Queue "%" is not a queue of the engine''s flows.', v_queue
       using errcode = '42501', hint = 'Only the queues of the flows in pgflow.flows may be named here.';
   end if;
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user)
+  if pgflow._session_is_step_role()
     and not exists (
       select 1 from pgflow.step_roles as r
       join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = r.step_slug
@@ -170,7 +182,7 @@ as $$
 declare
   v_worker record;
 begin
-  if not exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if not pgflow._session_is_step_role() then
     return;
   end if;
   select w.flow_slug, w.step_slug into v_worker
@@ -301,7 +313,7 @@ security definer
 set search_path = ''
 as $$
 begin
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user)
+  if pgflow._session_is_step_role()
     and not exists (
       select 1 from pgflow.step_tasks as t
       join pgflow.step_roles as r on r.flow_slug = t.flow_slug and r.step_slug = t.step_slug
@@ -1515,7 +1527,7 @@ declare
   v_worker pgflow.workers;
 begin
   perform pgflow._require_step_route(flow_slug, step_slug);
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if pgflow._session_is_step_role() then
     perform pgflow._require_queue_route(queue_name);
   end if;
   insert into pgflow.workers as w (worker_id, queue_name, function_name, flow_slug, step_slug)

@@ -18,7 +18,7 @@ declare
   v_worker pgflow.workers;
 begin
   perform pgflow._require_step_route(flow_slug, step_slug);
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if pgflow._session_is_step_role() then
     perform pgflow._require_queue_route(queue_name);
   end if;
   insert into pgflow.workers as w (worker_id, queue_name, function_name, flow_slug, step_slug)

@@ -11,7 +11,7 @@ as $$
 declare
   v_other record;
 begin
-  if not exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if not pgflow._session_is_step_role() then
     return;
   end if;
   select coalesce(r.flow_slug, '(unknown run)') as flow_slug, k.step_slug into v_other

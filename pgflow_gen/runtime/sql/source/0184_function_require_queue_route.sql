@@ -15,7 +15,7 @@ begin
     raise exception 'Queue "%" is not a queue of the engine''s flows.', v_queue
       using errcode = '42501', hint = 'Only the queues of the flows in pgflow.flows may be named here.';
   end if;
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user)
+  if pgflow._session_is_step_role()
     and not exists (
       select 1 from pgflow.step_roles as r
       join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = r.step_slug

@@ -10,7 +10,7 @@ as $$
 declare
   v_worker record;
 begin
-  if not exists (select 1 from pgflow.step_roles as r where r.role_name = session_user) then
+  if not pgflow._session_is_step_role() then
     return;
   end if;
   select w.flow_slug, w.step_slug into v_worker

@@ -9,7 +9,7 @@ security definer
 set search_path = ''
 as $$
 begin
-  if exists (select 1 from pgflow.step_roles as r where r.role_name = session_user)
+  if pgflow._session_is_step_role()
     and not exists (
       select 1 from pgflow.step_tasks as t
       join pgflow.step_roles as r on r.flow_slug = t.flow_slug and r.step_slug = t.step_slug
