@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -93,3 +94,10 @@ def logins_on(conn: psycopg.Connection[Any], db_url: str) -> Iterator[Logins]:
             conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
         for role in reversed(found.created):
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+def refused(conn: psycopg.Connection[Any], query: str, *params: Any) -> str:
+    """Run `query`, which the engine must refuse for want of a privilege; its message."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
+        conn.execute(query.encode(), params)
+    return caught.value.diag.message_primary or ""

@@ -7,12 +7,11 @@ import uuid
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime import roles
 from tests.engine import Engine, shape_step
-from tests.roles import Logins
+from tests.roles import Logins, refused
 
 WORKER = uuid.UUID("00000000-0000-0000-0000-00000000a001")
 SHAPE = {"steps": [shape_step("first"), shape_step("second", ("first",))]}
@@ -26,13 +25,6 @@ def compiled(engine: Engine) -> None:
     engine.value(
         "select pgflow.ensure_flow_compiled('chain', %s, 'flow', %s)", Jsonb(SHAPE), Jsonb(ROUTES)
     )
-
-
-def refused(conn: psycopg.Connection[Any], query: str, *params: Any) -> str:
-    """The statement is refused for want of a privilege; the message."""
-    with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
-        conn.execute(query.encode(), params)
-    return caught.value.diag.message_primary or ""
 
 
 def test_every_public_engine_function_has_a_role_or_is_the_owners(

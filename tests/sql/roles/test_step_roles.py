@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import roles
 from tests.engine import Engine
-from tests.roles import Logins
+from tests.roles import Logins, refused
 
 STEPS: list[dict[str, Any]] = [{"slug": "charge"}, {"slug": "mail", "deps": ["charge"]}]
 CHARGE, MAIL = "orders__charge", "orders__mail"
@@ -42,12 +42,6 @@ def orders(
     )
     mail.execute("select pgflow.register_worker(%s, %s, 'mail', 'orders', 'mail')", (MAILER, MAIL))
     return charge, mail
-
-
-def refused(conn: psycopg.Connection[Any], query: str, *params: Any) -> str:
-    with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
-        conn.execute(query.encode(), params)
-    return caught.value.diag.message_primary or ""
 
 
 def test_each_step_role_runs_its_own_step(engine: Engine, orders: Any) -> None:
