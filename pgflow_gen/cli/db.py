@@ -86,7 +86,6 @@ def register(commands: cli_parser.Commands) -> None:
     roles.add_argument(
         "--per-step",
         action="append",
-        default=[],
         metavar="FLOW",
         help="also one login role per step of FLOW (per-step queues), held to its own step;"
         " repeatable",
@@ -211,7 +210,7 @@ def _db_roles(args: argparse.Namespace) -> int:
         statements = roles_module.group_statements(conn, names)
         step_roles = [
             role
-            for flow in args.per_step
+            for flow in args.per_step or ()
             for role in roles_module.step_roles(conn, flow, args.prefix)
         ]
         statements += roles_module.step_statements(step_roles, names)

@@ -250,7 +250,7 @@ def step_roles(conn: psycopg.Connection[Any], flow_slug: str, prefix: str) -> li
         raise UsageError(
             f'Flow "{flow_slug}" uses one queue for all its steps, so its steps cannot have'
             " roles of their own.",
-            hint="Give the flow per-step queues (`queues: per_step` in its spec) first.",
+            hint="Give the flow per-step queues (`queue_mode: step` in its spec) first.",
         )
     return [StepRole(step_role_name(prefix, queue), flow_slug, step) for _, step, queue in rows]
 
