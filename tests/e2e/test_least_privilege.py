@@ -13,7 +13,10 @@ import pytest
 from tests.e2e.harness import PROJECT, Db, Workers, eventually, run_cli
 from tests.roles import Logins
 
-STEPS_MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2eSteps.sql"
+MIGRATIONS = PROJECT / "app" / "pgflow" / "migrations"
+STEPS_MIGRATION = MIGRATIONS / "e2eSteps.sql"
+PLAIN_MIGRATION = MIGRATIONS / "e2ePlain.sql"
+SCHEDULED_MIGRATION = MIGRATIONS / "e2eScheduled.sql"
 
 
 def test_every_step_runs_with_its_own_role(
@@ -108,3 +111,54 @@ def test_an_admin_applies_the_flows_and_a_worker_role_runs_a_plain_flow(
         lambda: db.value("select count(*) from pgflow.runs where flow_slug = 'e2eScheduled'"),
         "a scheduled run started by the worker role's scheduler",
     )
+
+
+READER_COMMANDS = [
+    ["runs"],
+    ["flows"],
+    ["workers"],
+    ["limits"],
+    ["schedules"],
+    ["db", "status"],
+]
+
+
+def test_each_cli_command_runs_with_the_least_role_it_needs(
+    db: Db, logins: Logins, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.conn.execute(PLAIN_MIGRATION.read_text())
+    db.conn.execute(SCHEDULED_MIGRATION.read_text())
+    run_id = db.start("e2ePlain", {"name": "Ada"})
+    url = {kind: logins.url_of(logins.login_role(kind)) for kind in ("reader", "client", "admin")}
+
+    for command in READER_COMMANDS:
+        code, out, err = run_cli(capsys, url["reader"], *command)
+        assert (code, err) == (0, ""), command
+        assert out, command
+    code, out, err = run_cli(capsys, url["reader"], "status", str(run_id))
+    assert (code, err) == (0, "")
+    code, out, err = run_cli(capsys, url["reader"], "coverage")
+    assert (code, err) == (1, "")  # 1: no worker serves the queues, as coverage says
+    assert "e2eplain" in out
+
+    admin_commands = [
+        ["pause", "e2ePlain", "shout", "--reason", "maintenance"],
+        ["resume", "e2ePlain", "shout"],
+        ["limits", "e2ePlain", "shout", "--max-in-flight", "2"],
+        ["schedules", "pause", "e2eScheduled", "everySecond"],
+        ["schedules", "resume", "e2eScheduled", "everySecond"],
+    ]
+    for command in admin_commands:
+        code, out, err = run_cli(capsys, url["client"], *command)
+        assert code == 1, command
+        assert "permission denied for function" in err, command
+        assert "Traceback" not in err
+        code, out, err = run_cli(capsys, url["admin"], *command)
+        assert (code, err) == (0, ""), command
+
+    code, out, err = run_cli(capsys, url["reader"], "cancel", str(run_id), "--yes")
+    assert code == 1
+    assert "permission denied for function cancel_run" in err
+    code, out, err = run_cli(capsys, url["client"], "cancel", str(run_id), "--yes")
+    assert (code, err) == (0, "")
+    assert db.run(run_id)["status"] == "cancelled"
