@@ -18,6 +18,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgflow_gen.runtime import roles
 
 
+def login_url(url: str, user: str, password: str, dbname: str | None = None) -> str:
+    """`url` as another login role (and, given, in another database)."""
+    params = conninfo_to_dict(url)
+    params.update(user=user, password=password)
+    if dbname is not None:
+        params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
 @dataclass
 class Logins:
     """The group roles of one test and a login role in each (`login(kind)` connects)."""
@@ -44,9 +53,7 @@ class Logins:
 
     def url_of(self, role: str) -> str:
         """The test database's URL as a login role (with its password)."""
-        params = conninfo_to_dict(self.url)
-        params.update(user=role, password=self.password)
-        return make_conninfo("", **params)
+        return login_url(self.url, role, self.password)
 
     def connect(self, role: str) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.url_of(role), autocommit=True)

@@ -292,10 +292,9 @@ def render(conn: psycopg.Connection[Any], statements: Sequence[sql.Composed]) ->
 
 
 def apply(conn: psycopg.Connection[Any], statements: Sequence[sql.Composed]) -> None:
-    """Run the statements in one transaction: all of them or none."""
+    """Run the statements as one script in one transaction (one round trip): all or none."""
     with conn.transaction():
-        for statement in statements:
-            conn.execute(statement)
+        conn.execute(sql.SQL("\n").join(statements))
 
 
 def _execute_grants(

@@ -12,21 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import cli
 from tests.engine import shape_step
+from tests.roles import login_url
 
 WORKER = uuid.UUID("00000000-0000-0000-0000-00000000d001")
-
-
-def as_user(url: str, user: str, password: str, dbname: str | None = None) -> str:
-    params = conninfo_to_dict(url)
-    params.update(user=user, password=password)
-    if dbname is not None:
-        params["dbname"] = dbname
-    return make_conninfo("", **params)
 
 
 @pytest.fixture
@@ -46,7 +38,7 @@ def owned(admin_url: str) -> Iterator[tuple[str, str, str]]:
             )
         )
         try:
-            yield as_user(admin_url, owner, password, dbname), password, prefix
+            yield login_url(admin_url, owner, password, dbname), password, prefix
         finally:
             admin.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(dbname)))
             made = [
@@ -88,7 +80,7 @@ def test_an_owner_without_superuser_migrates_grants_and_a_worker_runs(
         )
         run_id = owner.execute("select run_id from pgflow.start_flow('nightly', '{}')").fetchone()
         assert run_id is not None
-    with psycopg.connect(as_user(url, worker_role, password), autocommit=True) as worker:
+    with psycopg.connect(login_url(url, worker_role, password), autocommit=True) as worker:
         worker.execute("select pgflow.register_worker(%s, 'nightly', 'w')", (WORKER,))
         [task] = worker.execute(
             "select run_id, attempt from pgflow.read_and_claim('nightly', 'nightly', %s, 1, 30)",
