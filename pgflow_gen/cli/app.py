@@ -116,7 +116,7 @@ def _database_error(exc: psycopg.Error) -> int:
         print(f"error: {diag.message_primary or exc}", file=sys.stderr)
         if diag.message_detail:
             print(f"  detail: {diag.message_detail}", file=sys.stderr)
-        print(f"  hint: {diag.message_hint or roles.PERMISSION_HINT}", file=sys.stderr)
+        print(f"  hint: {roles.refusal_hint(exc)}", file=sys.stderr)
     elif isinstance(exc, psycopg.OperationalError):
         reason = database.redact(str(exc)).rstrip()
         print(f"error: cannot reach the database: {reason}", file=sys.stderr)

@@ -819,7 +819,7 @@ def engine_error(
         )
     elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return errors.DatabaseError(
-            message, detail=diag.message_detail, hint=diag.message_hint or roles.PERMISSION_HINT
+            message, detail=diag.message_detail, hint=roles.refusal_hint(exc)
         )
     return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 

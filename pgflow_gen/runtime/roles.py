@@ -41,6 +41,14 @@ PERMISSION_HINT: Final = (
     "This needs a role the engine grants it (pgflow-gen db roles; docs/security.md says which)."
 )
 
+
+def refusal_hint(exc: psycopg.Error) -> str | None:
+    """The engine's hint for what it refused, else PERMISSION_HINT for a missing privilege."""
+    if exc.diag.message_hint:
+        return exc.diag.message_hint
+    return PERMISSION_HINT if isinstance(exc, psycopg.errors.InsufficientPrivilege) else None
+
+
 #: Pure helpers (no table, no write) every role may call.
 EVERYONE: Final = (
     "calculate_retry_delay",

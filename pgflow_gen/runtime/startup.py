@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, inputs, queries
+from pgflow_gen.runtime import errors, inputs, queries, roles
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import connection_lost, primary_message
 
@@ -85,7 +85,7 @@ async def compile_flow(
             detail="\n".join(
                 part for part in (exc.diag.message_primary, exc.diag.message_detail) if part
             ),
-            hint=exc.diag.message_hint,
+            hint=roles.refusal_hint(exc),
         ) from exc
     row = await cursor.fetchone()
     result: dict[str, Any] = row[0] if row else {}

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
-from pgflow_gen.runtime import database, errors
+from pgflow_gen.runtime import database, errors, roles
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.heartbeat import Heartbeat
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
@@ -170,7 +170,9 @@ class WorkerLoop:
                 await self._register(first)
             except psycopg.Error as exc:
                 raise errors.DatabaseError(
-                    "The worker could not register.", detail=primary_message(exc)
+                    "The worker could not register.",
+                    detail=primary_message(exc),
+                    hint=roles.refusal_hint(exc),
                 ) from exc
         except BaseException:
             await first.close()

@@ -68,6 +68,7 @@ def test_a_worker_with_another_steps_role_stops_at_startup(
     assert worker.wait() == 1
     log = worker.log()
     assert f'Role "{step_roles["second"]}" may not work on step "first" of flow "e2eSteps".' in log
+    assert "HINT: Run each step's worker with that step's own role" in log
     assert "Traceback" not in log
     assert db.value("select count(*) from pgflow.workers") == 0
 
@@ -162,3 +163,17 @@ def test_each_cli_command_runs_with_the_least_role_it_needs(
     code, out, err = run_cli(capsys, url["client"], "cancel", str(run_id), "--yes")
     assert (code, err) == (0, "")
     assert db.run(run_id)["status"] == "cancelled"
+
+
+def test_a_worker_started_with_a_readers_role_says_which_role_it_needs(
+    workers: Workers, db: Db, logins: Logins
+) -> None:
+    db.conn.execute(PLAIN_MIGRATION.read_text())
+    reader_url = logins.url_of(logins.login_role("reader"))
+    worker = workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=reader_url)
+    assert worker.wait() == 1
+    log = worker.log()
+    assert "permission denied for function verify_flow_compiled" in log
+    assert "HINT: This needs a role the engine grants it (pgflow-gen db roles" in log
+    assert "Traceback" not in log
+    assert db.value("select count(*) from pgflow.workers") == 0
