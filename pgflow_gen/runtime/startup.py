@@ -46,6 +46,7 @@ async def compile_flow(
     FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
     FlowRoutingMismatchError (a different flow of that slug is compiled).
     """
+    done = "compiled"  # or "verified", by a role that may not compile
     try:
         cursor = await conn.execute(queries.FUNCTION_EXISTS, (NEWEST_ENGINE_FUNCTION,))
         newest = await cursor.fetchone()
@@ -58,19 +59,19 @@ async def compile_flow(
             )
         cursor = await conn.execute(queries.MAY_COMPILE)
         may_compile = await cursor.fetchone()
+        if may_compile is not None and not may_compile[0]:
+            done = "verified"
         cursor = await conn.execute(
-            queries.ENSURE_FLOW_COMPILED
-            if may_compile is None or may_compile[0]
-            else queries.VERIFY_FLOW_COMPILED,
+            queries.ENSURE_FLOW_COMPILED if done == "compiled" else queries.VERIFY_FLOW_COMPILED,
             (flow.slug, Jsonb(flow.shape()), queue_mode, Jsonb(list(route_map))),
         )
     except psycopg.OperationalError as exc:
         if not connection_lost(conn, exc):
             raise errors.FlowCompilationError(
-                f'Flow "{flow.slug}" could not be compiled.', detail=primary_message(exc)
+                f'Flow "{flow.slug}" could not be {done}.', detail=primary_message(exc)
             ) from exc
         raise errors.DatabaseError(
-            "The database connection was lost while compiling the flow.",
+            f"The database connection was lost while the flow was being {done}.",
             detail=primary_message(exc),
         ) from exc
     except psycopg.errors.UndefinedFunction as exc:
@@ -81,7 +82,7 @@ async def compile_flow(
         ) from exc
     except psycopg.Error as exc:
         raise errors.FlowCompilationError(
-            f'Flow "{flow.slug}" could not be compiled.',
+            f'Flow "{flow.slug}" could not be {done}.',
             detail="\n".join(
                 part for part in (exc.diag.message_primary, exc.diag.message_detail) if part
             ),

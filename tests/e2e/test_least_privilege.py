@@ -173,6 +173,7 @@ def test_a_worker_started_with_a_readers_role_says_which_role_it_needs(
     worker = workers.start("e2e_plain", "worker", PGFLOW_DATABASE_URL=reader_url)
     assert worker.wait() == 1
     log = worker.log()
+    assert 'FlowCompilationError: Flow "e2ePlain" could not be verified.' in log
     assert "permission denied for function verify_flow_compiled" in log
     assert "HINT: This needs a role the engine grants it (pgflow-gen db roles" in log
     assert "Traceback" not in log
