@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tests.engine import WORKER_ID, Engine
 
 
@@ -45,22 +47,99 @@ def test_uses_the_effective_step_timeout(engine: Engine) -> None:
     assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
 
 
-def test_parks_a_task_after_three_requeues(engine: Engine) -> None:
-    stalled_flow(engine)
-    run_id = engine.start("stall")
-    for _ in range(3):
-        engine.poll("stall")
+def stall(engine: Engine, run_id: uuid.UUID, times: int, flow: str = "stall") -> int:
+    """Claim the task and let its lease run out `times` times, sweeping after each; the
+    tasks requeued or failed by the sweeps."""
+    swept = 0
+    for _ in range(times):
+        engine.poll(flow)
         engine.backdate_started(run_id, "slow", 41)
-        assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
-    engine.poll("stall")
-    engine.backdate_started(run_id, "slow", 41)
-    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+        swept += engine.value("select pgflow.requeue_stalled_tasks()")
+    return swept
+
+
+def test_the_fourth_stall_fails_the_attempt_and_the_step_policy_ends_the_run(
+    engine: Engine,
+) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10, "max_attempts": 3})
+    run_id = engine.start("stall")
+    assert stall(engine, run_id, 3) == 3
+    assert engine.task(run_id, "slow")["status"] == "queued"
+    assert stall(engine, run_id, 1) == 1  # attempt 4 of a budget of 3: exhausted
     task = engine.task(run_id, "slow")
-    assert (task["status"], task["requeued_count"]) == ("started", 3)
-    assert task["permanently_stalled_at"] is not None
+    assert (task["status"], task["requeued_count"], task["attempts_count"]) == ("failed", 3, 4)
+    assert task["error_message"] == "Stalled 4 times: no live worker kept it"
+    assert task["permanently_stalled_at"] is None
     assert task["message_id"] in engine.archived_ids("stall")
-    engine.backdate_started(run_id, "slow", 41)
-    assert engine.value("select pgflow.requeue_stalled_tasks()") == 0
+    run = engine.run(run_id)
+    assert run["status"] == "failed"
+    assert engine.state(run_id, "slow")["error_message"] == task["error_message"]
+
+    engine.call("retry_run", run_id)  # a failed run: it can be resumed
+
+    [again] = engine.poll("stall")
+    assert again.attempt == 5
+    engine.complete(again, "done", fenced=True)
+    assert engine.run(run_id)["status"] == "completed"
+
+
+def test_a_stalled_attempt_with_attempts_left_is_retried_after_its_delay(engine: Engine) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10, "max_attempts": 9, "base_delay": 7})
+    run_id = engine.start("stall")
+    assert stall(engine, run_id, 4) == 4
+    task = engine.task(run_id, "slow")
+    assert (task["status"], task["attempts_count"]) == ("queued", 4)
+    assert task["error_message"] == "Stalled 4 times: no live worker kept it"
+    assert engine.run(run_id)["status"] == "started"
+    assert engine.poll("stall") == []  # hidden for 7 * 2^4 s, like any failed attempt
+    delay = engine.value(
+        "select extract(epoch from vt - clock_timestamp())::int from pgmq.q_stall where msg_id = %s",
+        task["message_id"],
+    )
+    assert 7 * 2**4 - 5 <= delay <= 7 * 2**4
+    # Each further stall fails an attempt too, until the budget is spent.
+    for attempt in range(5, 10):
+        engine.conn.execute(
+            "update pgmq.q_stall set vt = clock_timestamp() where msg_id = %s",
+            (task["message_id"],),
+        )
+        assert stall(engine, run_id, 1) == 1
+        assert engine.task(run_id, "slow")["attempts_count"] == attempt
+    assert engine.task(run_id, "slow")["status"] == "failed"
+    assert engine.run(run_id)["status"] == "failed"
+
+
+@pytest.mark.parametrize(("policy", "step_status"), [("skip", "skipped"), ("skip-cascade", "skipped")])
+def test_a_stalled_task_out_of_attempts_follows_when_exhausted(
+    engine: Engine, policy: str, step_status: str
+) -> None:
+    engine.flow(
+        "stall",
+        {"slug": "slow", "timeout": 10, "max_attempts": 1, "when_exhausted": policy},
+        {"slug": "after", "deps_slugs": ["slow"]},
+    )
+    run_id = engine.start("stall")
+    assert stall(engine, run_id, 4) == 4
+    assert engine.state(run_id, "slow")["status"] == step_status
+    assert engine.run(run_id)["status"] in {"started", "completed"}
+
+
+def test_a_late_result_after_the_engine_gave_up_is_stale(engine: Engine) -> None:
+    engine.flow("stall", {"slug": "slow", "timeout": 10, "max_attempts": 9})
+    run_id = engine.start("stall")
+    tasks = []
+    for _ in range(4):
+        tasks += engine.poll("stall")
+        engine.backdate_started(run_id, "slow", 41)
+        engine.value("select pgflow.requeue_stalled_tasks()")
+    row = engine.fail(tasks[-1], "gave up late", fenced=True)
+    assert (row["status"], row["error_message"]) == (
+        "queued",
+        "Stalled 4 times: no live worker kept it",
+    )
+    row = engine.complete(tasks[-1], "late", fenced=True)
+    assert (row["status"], row["output"]) == ("queued", None)
+    assert engine.run(run_id)["status"] == "started"
 
 
 def test_leaves_tasks_of_failed_runs_alone(engine: Engine) -> None:
@@ -86,20 +165,6 @@ def test_a_late_completion_of_a_requeued_task_changes_nothing(engine: Engine) ->
     engine.backdate_started(run_id, "slow", 41)
     engine.value("select pgflow.requeue_stalled_tasks()")
     assert engine.complete(tasks["slow"], "late")["status"] == "queued"
-
-
-def test_a_late_failure_of_a_parked_task_is_final(engine: Engine) -> None:
-    engine.flow("stall", {"slug": "slow", "timeout": 10, "max_attempts": 9})
-    run_id = engine.start("stall")
-    tasks = []
-    for _ in range(4):
-        tasks += engine.poll("stall")
-        engine.backdate_started(run_id, "slow", 41)
-        engine.value("select pgflow.requeue_stalled_tasks()")
-    assert engine.task(run_id, "slow")["permanently_stalled_at"] is not None
-    row = engine.fail(tasks[-1], "gave up late")
-    assert row["status"] == "failed"
-    assert engine.run(run_id)["status"] == "failed"
 
 
 def test_archives_the_messages_an_older_engine_left_for_the_next_claim(engine: Engine) -> None:

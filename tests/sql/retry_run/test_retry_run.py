@@ -1,5 +1,5 @@
 """retry_run: a failed run starts again from where it failed. Its failed and unfinished tasks are
-queued again with fresh attempts and new messages; completed work keeps its outputs and does not
+queued again with their whole retry budget and new messages (their attempt numbers go on); completed work keeps its outputs and does not
 run again; the run is started again with one event. A run that is not failed, or whose flow has
 changed since, is refused and left as it was."""
 
@@ -46,13 +46,14 @@ def test_a_failed_run_runs_its_failed_step_again_and_keeps_what_completed(engine
         "third": "created",
     }
     task = engine.task(run_id, "second")
-    assert (task["status"], task["attempts_count"]) == ("queued", 0)
+    # The attempt numbers go on (a result of attempt 1 stays stale); the budget starts again.
+    assert (task["status"], task["attempts_count"], task["attempts_before_retry"]) == ("queued", 1, 1)
     assert task["error_message"] == "the API was down"  # the last error stays until the next
     assert task["message_id"] != old_message
     assert engine.state(run_id, "second")["error_message"] is None
 
     [again] = engine.poll("chain")  # only the failed step: the completed one does not run again
-    assert (again.step_slug, again.attempt, again.input) == ("second", 1, {"first": {"n": 1}})
+    assert (again.step_slug, again.attempt, again.input) == ("second", 2, {"first": {"n": 1}})
     engine.complete(again, "two")
     [third] = engine.poll("chain")
     engine.complete(third, "three")
@@ -72,7 +73,7 @@ def test_a_retried_task_has_all_its_attempts_again(engine: Engine) -> None:
     engine.call("retry_run", run_id)
 
     [task] = engine.poll("flaky")
-    assert task.attempt == 1
+    assert task.attempt == 3  # numbers go on, the budget starts again
     assert engine.fail(task)["status"] == "queued"  # a retry left, as on a first run
     [task] = engine.poll("flaky")
     engine.complete(task, "done")

@@ -31,6 +31,10 @@ create table pgflow.step_tasks (
   -- The value of its step's concurrency key in the run's input (engine 0018), as text; null for
   -- a step without one. A keyed task without a message is parked (pgflow.parked_tasks).
   concurrency_key text,
+  -- The attempts this task made before its run's last retry_run (engine 0020): attempts_count
+  -- never goes back, so a result of an attempt before the retry is stale for ever, while the
+  -- retry budget (max_attempts) and the retry delay count from here.
+  attempts_before_retry int not null default 0,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   constraint output_is_only_on_finished check (output is null or status = 'completed' or status = 'failed')

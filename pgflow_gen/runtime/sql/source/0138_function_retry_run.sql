@@ -1,11 +1,13 @@
 -- Retries a failed run from where it failed. Its failed steps, and the steps it left unfinished
 -- when it failed, run again: every task of theirs that did not complete (it failed, or the failure
--- cancelled it) is queued again with a fresh message (a keyed one is parked, engine 0018) and no
--- attempt used, keeping its last error; completed tasks and steps keep their outputs and do not run
--- again (in a map only the failed and unfinished elements run); skipped steps stay skipped. A step
--- that failed without a task (a condition with when_unmet = fail, a signal that did not come) is
--- ready again and decided anew, and a signal step that waits starts a new wait. The run is started
--- again (retry_count + 1, retried_at); one event, run:retried.
+-- cancelled it) is queued again with a fresh message (a keyed one is parked, engine 0018) and its
+-- whole retry budget, keeping its last error. Its attempt numbers go on (engine 0020: the budget
+-- counts from attempts_before_retry), so a late result of an attempt before the retry stays stale.
+-- Completed tasks and steps keep their outputs and do not run again (in a map only the failed and
+-- unfinished elements run); skipped steps stay skipped. A step that failed without a task (a
+-- condition with when_unmet = fail, a signal that did not come) is ready again and decided anew,
+-- and a signal step that waits starts a new wait. The run is started again (retry_count + 1,
+-- retried_at); one event, run:retried.
 -- Refused, changing nothing: an unknown run (P0002), a run that is not failed, or one whose flow
 -- has gained a step since it started (55000). Locks the run, its step states and its tasks, in
 -- that order, as every callback does; then it sends the new messages.
@@ -75,7 +77,8 @@ begin
       using v_keys
     loop
       update pgflow.step_tasks as t
-      set status = 'queued', message_id = v_sent.msg_id, attempts_count = 0, queued_at = clock_timestamp(),
+      set status = 'queued', message_id = v_sent.msg_id, attempts_before_retry = t.attempts_count,
+        queued_at = clock_timestamp(),
         started_at = null, failed_at = null, output = null, last_worker_id = null, requeued_count = 0,
         last_requeued_at = null, permanently_stalled_at = null, claimed_timeout = null, lease_renewed_at = null
       where t.run_id = retry_run.run_id and t.step_slug = v_sent.step_slug and t.task_index = v_sent.task_index;
@@ -85,7 +88,8 @@ begin
   -- A keyed task (engine 0018) is queued without a message: it is parked, and gets one when its
   -- key has room.
   update pgflow.step_tasks as t
-  set status = 'queued', message_id = null, attempts_count = 0, queued_at = clock_timestamp(),
+  set status = 'queued', message_id = null, attempts_before_retry = t.attempts_count,
+    queued_at = clock_timestamp(),
     started_at = null, failed_at = null, output = null, last_worker_id = null, requeued_count = 0,
     last_requeued_at = null, permanently_stalled_at = null, claimed_timeout = null, lease_renewed_at = null
   from pgflow.step_states as ss
