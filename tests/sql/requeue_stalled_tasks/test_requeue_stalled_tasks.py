@@ -109,7 +109,9 @@ def test_a_stalled_attempt_with_attempts_left_is_retried_after_its_delay(engine:
     assert engine.run(run_id)["status"] == "failed"
 
 
-@pytest.mark.parametrize(("policy", "step_status"), [("skip", "skipped"), ("skip-cascade", "skipped")])
+@pytest.mark.parametrize(
+    ("policy", "step_status"), [("skip", "skipped"), ("skip-cascade", "skipped")]
+)
 def test_a_stalled_task_out_of_attempts_follows_when_exhausted(
     engine: Engine, policy: str, step_status: str
 ) -> None:
