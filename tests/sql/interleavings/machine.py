@@ -16,13 +16,13 @@ which Hypothesis's replay cannot reproduce); a failure names its seed and its la
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import random
-from collections.abc import Callable
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.runtime.task_runner import ClaimedTask as Task
@@ -97,7 +97,8 @@ where r.run_id = any(%s) and r.status = 'started'
   and not exists (
     select 1 from pgflow.step_tasks as t
     where t.run_id = r.run_id and (
-      (t.status = 'queued' and exists (select 1 from pgmq.q_chaos as q where q.msg_id = t.message_id))
+      (t.status = 'queued' and exists (
+        select 1 from pgmq.q_chaos as q where q.msg_id = t.message_id))
       or (t.status = 'queued' and t.message_id is null and exists (
         select 1 from pgflow.parked_tasks as p
         where p.run_id = t.run_id and p.step_slug = t.step_slug and p.task_index = t.task_index))

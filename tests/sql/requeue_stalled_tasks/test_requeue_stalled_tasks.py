@@ -93,7 +93,8 @@ def test_a_stalled_attempt_with_attempts_left_is_retried_after_its_delay(engine:
     assert engine.run(run_id)["status"] == "started"
     assert engine.poll("stall") == []  # hidden for 7 * 2^4 s, like any failed attempt
     delay = engine.value(
-        "select extract(epoch from vt - clock_timestamp())::int from pgmq.q_stall where msg_id = %s",
+        "select extract(epoch from vt - clock_timestamp())::int from pgmq.q_stall"
+        " where msg_id = %s",
         task["message_id"],
     )
     assert 7 * 2**4 - 5 <= delay <= 7 * 2**4

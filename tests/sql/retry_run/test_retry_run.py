@@ -1,7 +1,7 @@
 """retry_run: a failed run starts again from where it failed. Its failed and unfinished tasks are
-queued again with their whole retry budget and new messages (their attempt numbers go on); completed work keeps its outputs and does not
-run again; the run is started again with one event. A run that is not failed, or whose flow has
-changed since, is refused and left as it was."""
+queued again with their whole retry budget and new messages (their attempt numbers go on);
+completed work keeps its outputs and does not run again; the run is started again with one
+event. A run that is not failed, or whose flow has changed since, is refused and left as it was."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_a_failed_run_runs_its_failed_step_again_and_keeps_what_completed(engine
     }
     task = engine.task(run_id, "second")
     # The attempt numbers go on (a result of attempt 1 stays stale); the budget starts again.
-    assert (task["status"], task["attempts_count"], task["attempts_before_retry"]) == ("queued", 1, 1)
+    assert (task["status"], task["attempts_count"]) == ("queued", 1)
+    assert task["attempts_before_retry"] == 1
     assert task["error_message"] == "the API was down"  # the last error stays until the next
     assert task["message_id"] != old_message
     assert engine.state(run_id, "second")["error_message"] is None
