@@ -33,7 +33,7 @@ def test_work_from_0018_finishes_as_the_owner(version_18: Engine) -> None:
         " 'execute')"
     )
 
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0019"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0019")] == ["0019"]
 
     after = [engine.start("sync", {"page": n}) for n in range(3, 5)]
     for task in claimed:

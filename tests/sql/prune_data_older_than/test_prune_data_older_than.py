@@ -67,6 +67,7 @@ def test_deletes_only_old_archived_messages(engine: Engine) -> None:
 
 
 def test_deletes_workers_silent_for_longer_than_the_retention(engine: Engine) -> None:
+    engine.flow("old", {"slug": "a"})
     engine.register("old")
     engine.conn.execute("update pgflow.workers set last_heartbeat_at = now() - interval '9 days'")
     assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["workers"] == 1

@@ -10,10 +10,10 @@ from tests.engine import Engine
 STEPS: list[dict[str, Any]] = [{"slug": "classify"}, {"slug": "deliverSlack", "deps": ["classify"]}]
 
 
-def worker(engine: Engine, queue: str, **state: str) -> uuid.UUID:
+def worker(engine: Engine, queue: str, flow: str = "threads", **state: str) -> uuid.UUID:
     worker_id = uuid.uuid4()
     engine.conn.execute(
-        "select pgflow.register_worker(%s, %s, 'tests', 'threads')", (worker_id, queue)
+        "select pgflow.register_worker(%s, %s, 'tests', %s)", (worker_id, queue, flow)
     )
     for column, value in state.items():
         engine.conn.execute(
@@ -78,5 +78,5 @@ def test_a_worker_on_another_spelling_of_the_queue_is_not_coverage(engine: Engin
 
 def test_a_flow_mode_flow_has_one_route_per_step_on_its_queue(engine: Engine) -> None:
     engine.flow("plain", {"slug": "a"}, {"slug": "b", "deps_slugs": ["a"]})
-    worker(engine, "plain")
+    worker(engine, "plain", flow="plain")
     assert coverage(engine) == [("plain", 1, True), ("plain", 1, True)]

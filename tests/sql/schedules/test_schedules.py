@@ -15,7 +15,8 @@ import pytest
 from tests.engine import Engine
 
 UTC = datetime.UTC
-SLOT = datetime.datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
+#: A past slot: the engine starts no slot later than now (engine 0020).
+SLOT = datetime.datetime(2025, 12, 3, 2, 0, tzinfo=UTC)
 
 
 def nightly(**extra: Any) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def test_each_slot_starts_one_run_however_often_it_is_asked(engine: Engine) -> N
     run = engine.run(first["run_id"])
     assert (run["input"], run["idempotency_key"]) == (
         {"n": 1},
-        "schedule:nightly:2026-12-03T02:00:00Z",
+        "schedule:nightly:2025-12-03T02:00:00Z",
     )
     # Even with its last slot moved back (a restart from an old row), the key keeps it once.
     engine.conn.execute("update pgflow.schedules set last_slot_at = null")
@@ -127,7 +128,7 @@ def test_five_callers_racing_for_the_same_slots_start_each_once(
         thread.join()
     assert errors == []
     keys = [r["idempotency_key"] for r in engine.all("select idempotency_key from pgflow.runs")]
-    assert sorted(keys) == [f"schedule:nightly:2026-12-0{d}T02:00:00Z" for d in (3, 4, 5)]
+    assert sorted(keys) == [f"schedule:nightly:2025-12-0{d}T02:00:00Z" for d in (3, 4, 5)]
 
 
 def test_a_paused_schedule_starts_nothing_and_resuming_passes_over_the_pause(

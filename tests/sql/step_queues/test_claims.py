@@ -137,6 +137,6 @@ def test_flow_mode_rejects_a_step_selector_and_keeps_four_argument_calls(engine:
 
 
 def test_an_unknown_flow_raises(engine: Engine) -> None:
-    engine.register("nowhere")
+    engine.flow("somewhere", {"slug": "a"})
     with pytest.raises(psycopg.errors.NoDataFound, match='Flow "nowhere" does not exist'):
-        engine.claim("nowhere", [1], "nowhere")
+        engine.claim("nowhere", [1], "somewhere")

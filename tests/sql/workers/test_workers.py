@@ -11,6 +11,7 @@ WORKER = uuid.UUID("00000000-0000-0000-0000-00000000beef")
 
 
 def register(engine: Engine) -> None:
+    engine.flow("orders", {"slug": "ship"})  # a worker registers for a route that exists
     engine.call("register_worker", WORKER, "orders", "orders-worker", flow_slug="orders")
 
 

@@ -1,16 +1,159 @@
--- Engine migration 0020: engine integrity.
+-- Engine migration 0020: engine integrity. Every promise holds against any caller.
 --
 -- Attempt numbers of a task never repeat: retry_run keeps attempts_count and starts the retry
 -- budget again from the new step_tasks.attempts_before_retry, so a late callback of an attempt
 -- before the retry is stale for every fenced callback. A task stall recovery has requeued 3 times
 -- is no longer parked for ever: each further stall fails its attempt ("Stalled N times: no live
 -- worker kept it", pgflow._fail_attempt, shared with fail_task), which retries it while attempts
--- are left and else fails the run or skips the step, so retry_run can resume the run.
--- Tasks an older engine parked get a new message and are decided by the next stall sweep.
+-- are left and else fails the run or skips the step, so retry_run can resume the run. Tasks an
+-- older engine parked get a new message and are decided by the next stall sweep.
+-- Step roles are decided by role membership (pgflow._session_step_roles) and outlive their steps,
+-- so a role made `in role` a step role is held to its step, and a step role whose flow is deleted
+-- or recompiled works on nothing (pgflow._require_flow_route) instead of as a plain worker.
+-- A flow-mode claim reads only its flow's queue; register_worker takes only real routes and
+-- bounded names, and a worker id belongs to the login role that registered it. Schedules start
+-- no slot later than now, at most 100 a call, and never move their last slot past now. Only an
+-- operator's session may change the liveness and stall rule for itself (pgflow._engine_setting).
 
 
 -- The attempts a task made before its run's last retry_run (see 0062_table_step_tasks.sql).
 alter table pgflow.step_tasks add column attempts_before_retry int not null default 0;
+
+-- The login role that registered a worker id (see 0050_table_workers.sql); null for the workers
+-- registered before this migration, which any role may still act as until they register again.
+alter table pgflow.workers add column registered_by text;
+
+-- A step role's row outlives its step (see 0044_table_step_roles.sql): the role stays bound to
+-- its step's name when the flow is deleted or recompiled, instead of losing its row and working
+-- as a plain worker.
+alter table pgflow.step_roles drop constraint step_roles_flow_slug_step_slug_fkey;
+
+-- The pgflow.step_roles rows that bind this session (engine 0020): those of the step roles its
+-- login role (session_user, which security definer functions and SET ROLE leave as it is) is or
+-- belongs to, directly or through other roles (pg_has_role MEMBER, so a role made `in role` a step
+-- role is held to that step too). None for a superuser (PostgreSQL counts one a member of every
+-- role) or for the engine's owner. A row whose role was dropped binds nobody. No writes.
+create function pgflow._session_step_roles()
+returns setof pgflow.step_roles
+language sql
+stable
+set search_path = ''
+as $$
+  select r.* from pgflow.step_roles as r
+  join pg_catalog.pg_roles as g on g.rolname = r.role_name
+  where pg_catalog.pg_has_role(session_user, g.oid, 'MEMBER')
+    and not exists (
+      select 1 from pg_catalog.pg_roles as u where u.rolname = session_user and u.rolsuper
+    )
+    and session_user <> (
+      select pg_catalog.pg_get_userbyid(n.nspowner) from pg_catalog.pg_namespace as n
+      where n.nspname = 'pgflow'
+    )
+$$;
+
+-- Whether this session's login role (session_user) may set the engine's rules for itself (engine
+-- 0020): a superuser, the engine's owner, or a member of the admin role `pgflow-gen db roles`
+-- recorded (pgflow.engine_roles). Everyone else (workers, step roles, clients, readers) gets
+-- the database's settings, never its own session's: see pgflow._database_setting. No writes.
+create function pgflow._session_is_operator()
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select exists (select 1 from pg_catalog.pg_roles as u where u.rolname = session_user and u.rolsuper)
+    or session_user = (
+      select pg_catalog.pg_get_userbyid(n.nspowner) from pg_catalog.pg_namespace as n
+      where n.nspname = 'pgflow'
+    )
+    or exists (
+      select 1 from pgflow.engine_roles as e
+      join pg_catalog.pg_roles as g on g.rolname = e.role_name
+      where e.kind = 'admin' and pg_catalog.pg_has_role(session_user, g.oid, 'MEMBER')
+    )
+$$;
+
+-- One of the engine's settings (a pgflow.* parameter) as this session must see it (engine 0020):
+-- for an operator (pgflow._session_is_operator) the session's value, which follows ALTER DATABASE
+-- / ALTER ROLE ... SET unless the session set its own; for anyone else the value set for the
+-- database (ALTER DATABASE ... SET, pg_db_role_setting), whatever the session set, so a worker
+-- cannot shorten the stall rule and take live workers' tasks. Null when unset. No writes.
+create function pgflow._engine_setting(name text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select case when pgflow._session_is_operator() then pg_catalog.current_setting(name, true)
+    else (
+      select substr(c.setting, length(name) + 2)
+      from pg_catalog.pg_db_role_setting as s
+      cross join lateral unnest(s.setconfig) as c (setting)
+      where s.setrole = 0
+        and s.setdatabase = (select d.oid from pg_catalog.pg_database as d where d.datname = current_database())
+        and c.setting like name || '=%'
+      limit 1
+    )
+  end
+$$;
+
+-- Refuses (SQLSTATE 42501) a session bound by a step role (pgflow._session_step_roles) that has no
+-- route among the steps that exist: in the given flow, or with a null flow in any flow (engine
+-- 0020: a step role whose flow was deleted, or recompiled without its step, is refused everywhere
+-- and never works as a plain worker). Called by the functions a worker calls for no one step:
+-- requeue_stalled_tasks (any flow), start_scheduled_runs (its flow). Other sessions pass after
+-- one probe. No writes, no locks.
+create function pgflow._require_flow_route(flow_slug text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_routes text;
+begin
+  if not pgflow._session_is_step_role() then
+    return;
+  end if;
+  if exists (
+    select 1 from pgflow._session_step_roles() as r
+    join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = r.step_slug
+    where _require_flow_route.flow_slug is null or r.flow_slug = _require_flow_route.flow_slug
+  ) then
+    return;
+  end if;
+  select string_agg(format('step "%s" of flow "%s"', r.step_slug, r.flow_slug), ', ' order by r.flow_slug, r.step_slug)
+  into v_routes from pgflow._session_step_roles() as r;
+  if flow_slug is null then
+    raise exception 'Role "%" is bound to a step that does not exist.', session_user
+      using errcode = '42501', detail = format('It is the role of %s only.', v_routes),
+        hint = 'Apply the flow''s migration again (its step roles work again for their steps), or drop the role.';
+  end if;
+  raise exception 'Role "%" may not work on flow "%".', session_user, flow_slug
+    using errcode = '42501', detail = format('It is the role of %s only.', v_routes),
+      hint = 'Run each step''s worker with that step''s own role (pgflow-gen db roles --per-step).';
+end;
+$$;
+
+-- Refuses (SQLSTATE 42501) a session whose login role did not register the worker id it acts as
+-- (engine 0020): `registered_by` is the worker's row's; null (a worker registered before 0020)
+-- and the session's own login role pass at once, an operator (pgflow._session_is_operator) too.
+-- Called by register_worker, the claims (pgflow._claim_messages) and _require_worker_route. No
+-- writes, no locks.
+create function pgflow._require_worker_owner(worker_id uuid, registered_by text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if registered_by is null or registered_by = session_user or pgflow._session_is_operator() then
+    return;
+  end if;
+  raise exception 'Worker % belongs to role "%"; role "%" may not act as it.', worker_id, registered_by, session_user
+    using errcode = '42501', hint = 'Each worker process registers its own worker id (a new UUID) under its own role.';
+end;
+$$;
 
 -- Fails the current attempt of a started task (engine 0020: shared by fail_task and stall
 -- recovery). With attempts left in its budget (attempts_count - attempts_before_retry below the
@@ -95,6 +238,852 @@ begin
   -- Last: PGMQ rows are only touched after every task row this call needs is locked.
   perform pgmq.archive(v_task.queue_name, v_task.message_id);
   return v_task;
+end;
+$$;
+
+-- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
+-- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
+-- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
+-- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
+-- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
+-- pgflow.stalled_after per database (every session must see one rule). Only an operator's
+-- session may set its own (engine 0020, pgflow._engine_setting): a worker's session sees the
+-- database's, so it cannot shorten the stall rule (it runs as the owner to read them). Workers read
+-- it when they start. No writes.
+create or replace function pgflow.worker_liveness(
+  out heartbeat_interval interval,
+  out live_within interval,
+  out stalled_after interval
+)
+language plpgsql
+stable
+parallel safe
+security definer
+set search_path = ''
+as $$
+begin
+  heartbeat_interval := coalesce(nullif(pgflow._engine_setting('pgflow.heartbeat_interval'), '')::interval, interval '5 seconds');
+  live_within := coalesce(nullif(pgflow._engine_setting('pgflow.live_within'), '')::interval, interval '15 seconds');
+  stalled_after := coalesce(nullif(pgflow._engine_setting('pgflow.stalled_after'), '')::interval, interval '30 seconds');
+  -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
+  -- and a heartbeat at most ten times a second.
+  if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval
+          and stalled_after >= live_within) then
+    raise exception 'Inconsistent worker liveness settings: heartbeat every %, live within %, stalled after %.',
+      heartbeat_interval, live_within, stalled_after
+      using errcode = '22023',
+        hint = 'Keep pgflow.heartbeat_interval >= 0.1 s, pgflow.live_within >= 2 x the heartbeat interval and pgflow.stalled_after >= pgflow.live_within.';
+  end if;
+end;
+$$;
+
+-- Whether this session is bound by a step role (pgflow._session_step_roles; engine 0020: by role
+-- membership). Without any step role in the database, one probe of an empty table. The one
+-- statement of the rule, for pgflow._require_step_route and the other checks. No writes.
+create or replace function pgflow._session_is_step_role()
+returns boolean
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return exists (select 1 from pgflow.step_roles)
+    and exists (select 1 from pgflow._session_step_roles());
+end;
+$$;
+
+-- Refuses (SQLSTATE 42501) a session bound by a step role (pgflow._session_step_roles) when the
+-- step route it works on is not its own; a null step (a flow-mode claim) is no step role's route.
+-- Other sessions pass after one index probe. Called by the claims (pgflow._claim_route),
+-- register_worker and the other pgflow._require_* checks. No writes, no locks.
+create or replace function pgflow._require_step_route(flow_slug text, step_slug text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_routes text;
+begin
+  if not pgflow._session_is_step_role() then
+    return;
+  end if;
+  if exists (
+    select 1 from pgflow._session_step_roles() as r
+    where r.flow_slug = _require_step_route.flow_slug and r.step_slug = _require_step_route.step_slug
+  ) then
+    return;
+  end if;
+  select string_agg(format('step "%s" of flow "%s"', r.step_slug, r.flow_slug), ', ' order by r.flow_slug, r.step_slug)
+  into v_routes from pgflow._session_step_roles() as r;
+  raise exception 'Role "%" may not work on step "%" of flow "%".', session_user, coalesce(step_slug, '(any)'), flow_slug
+    using errcode = '42501', detail = format('It is the role of %s only.', v_routes),
+      hint = 'Run each step''s worker with that step''s own role (pgflow-gen db roles --per-step).';
+end;
+$$;
+
+-- Refuses (SQLSTATE 42501) a step role's session that reports on, renews or reads a task of another
+-- step (pgflow._require_step_route on the first such task; an unknown run counts as another step's).
+-- Other sessions pass after one index probe. Called by complete_task, fail_task, complete_tasks,
+-- renew_task_leases. No writes, no locks.
+create or replace function pgflow._require_task_routes(run_ids uuid[], step_slugs text[])
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_other record;
+begin
+  if not pgflow._session_is_step_role() then
+    return;
+  end if;
+  select coalesce(r.flow_slug, '(unknown run)') as flow_slug, k.step_slug into v_other
+  from unnest(run_ids, step_slugs) as k (run_id, step_slug)
+  left join pgflow.runs as r on r.run_id = k.run_id
+  where not exists (
+    select 1 from pgflow._session_step_roles() as sr
+    where sr.flow_slug = r.flow_slug and sr.step_slug = k.step_slug
+  )
+  limit 1;
+  if found then
+    perform pgflow._require_step_route(v_other.flow_slug, v_other.step_slug);
+  end if;
+end;
+$$;
+
+-- Refuses a queue that is no engine queue (SQLSTATE 42501: the functions that take a queue name
+-- must not reach an application's own PGMQ queues), and a step role's session on a queue that is
+-- not its step's. Called by set_vt_batch and enable_insert_notifications. No writes, no locks.
+create or replace function pgflow._require_queue_route(queue_name text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_queue text := lower(queue_name);
+begin
+  if not exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
+    and not exists (select 1 from pgflow.flows as f where pgflow.default_queue_name(f.flow_slug) = v_queue) then
+    raise exception 'Queue "%" is not a queue of the engine''s flows.', v_queue
+      using errcode = '42501', hint = 'Only the queues of the flows in pgflow.flows may be named here.';
+  end if;
+  if pgflow._session_is_step_role()
+    and not exists (
+      select 1 from pgflow._session_step_roles() as r
+      join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = r.step_slug
+      where s.queue_name = v_queue
+    ) then
+    raise exception 'Role "%" may not work on queue "%".', session_user, v_queue
+      using errcode = '42501', hint = 'Run each step''s worker with that step''s own role (pgflow-gen db roles --per-step).';
+  end if;
+end;
+$$;
+
+-- Refuses (SQLSTATE 42501) a session that heartbeats or stops a worker it did not register
+-- (engine 0020: workers.registered_by is another login role; an operator, see
+-- pgflow._session_is_operator, may), and a step role's session on a worker registered for another
+-- step. An unknown worker passes (the caller says so itself). One index probe of the worker.
+-- Called by heartbeat_worker and mark_worker_stopped. No writes, no locks.
+create or replace function pgflow._require_worker_route(worker_id uuid)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_worker record;
+begin
+  select w.flow_slug, w.step_slug, w.registered_by into v_worker
+  from pgflow.workers as w where w.worker_id = _require_worker_route.worker_id;
+  if not found then
+    return;
+  end if;
+  perform pgflow._require_worker_owner(worker_id, v_worker.registered_by);
+  if pgflow._session_is_step_role() then
+    perform pgflow._require_step_route(v_worker.flow_slug, v_worker.step_slug);
+  end if;
+end;
+$$;
+
+-- A run's input (null for an unknown run), for ctx.flow_input() of tasks that do not carry it
+-- (engine 0019: workers read no table). A step role (pgflow._session_step_roles) reads only the input of a
+-- run with a task of its own step (SQLSTATE 42501 otherwise). No writes, no locks.
+create or replace function pgflow.run_input(run_id uuid)
+returns jsonb
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  if pgflow._session_is_step_role()
+    and not exists (
+      select 1 from pgflow.step_tasks as t
+      join pgflow._session_step_roles() as r on r.flow_slug = t.flow_slug and r.step_slug = t.step_slug
+      where t.run_id = run_input.run_id
+    ) then
+    raise exception 'Role "%" may not read the input of run %.', session_user, run_id
+      using errcode = '42501', detail = 'A step''s role reads the input of runs with a task of its step only.';
+  end if;
+  return (select r.input from pgflow.runs as r where r.run_id = run_input.run_id);
+end;
+$$;
+
+-- Each given run's id and the trace context it was started in (engine 0016's runs.traceparent),
+-- for the workers' tracing spans (engine 0019: workers read no table). A step role
+-- (pgflow._session_step_roles; engine 0020) gets only the runs with a task of its own step. No
+-- writes, no locks.
+create or replace function pgflow.run_trace_contexts(run_ids uuid[])
+returns table (run_id uuid, traceparent text)
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  if not pgflow._session_is_step_role() then
+    return query select r.run_id, r.traceparent from pgflow.runs as r where r.run_id = any (run_ids);
+    return;
+  end if;
+  return query
+    select r.run_id, r.traceparent from pgflow.runs as r
+    where r.run_id = any (run_ids)
+      and exists (
+        select 1 from pgflow.step_tasks as t
+        join pgflow._session_step_roles() as sr on sr.flow_slug = t.flow_slug and sr.step_slug = t.step_slug
+        where t.run_id = r.run_id
+      );
+end;
+$$;
+
+-- The flows' schedules as the scheduler plans them (engine 0019: workers read no table): each
+-- schedule's cron, time zone, catch-up policy, last slot started, when it was stored and whether it
+-- is paused. A step role (pgflow._session_step_roles; engine 0020) sees only its own flows'. No
+-- writes, no locks.
+create or replace function pgflow.list_schedules()
+returns table (
+  flow_slug text, name text, cron text, timezone text, catch_up text, last_slot_at timestamptz,
+  created_at timestamptz, paused boolean
+)
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  v_step_role boolean := pgflow._session_is_step_role();
+begin
+  return query
+    select s.flow_slug, s.schedule_name, s.cron, s.timezone, s.catch_up, s.last_slot_at, s.created_at,
+      s.paused_at is not null
+    from pgflow.schedules as s
+    where not v_step_role
+      or s.flow_slug in (select sr.flow_slug from pgflow._session_step_roles() as sr);
+end;
+$$;
+
+-- Starts a schedule's runs for the given slots (engine 0017), each once whoever calls and however
+-- often: a slot at or before the schedule's last_slot_at is passed over, and every run carries
+-- the idempotency key "schedule:<name>:<slot in UTC>" (a race or a retry returns the run the key
+-- started). Then moves last_slot_at to the latest of the slots and passed_through (the latest
+-- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
+-- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
+-- expression; this function keeps the promise of once per slot, and bounds what a caller can
+-- bend (engine 0020): a slot later than now is not started, at most the latest 100 slots of a
+-- call start (the documented catch-up maximum), last_slot_at never moves past now, and a step
+-- role starts only its own flow's schedules. Returns each slot it handled with its run and
+-- whether this call started it. Locks the schedule's row.
+create or replace function pgflow.start_scheduled_runs(
+  flow_slug text,
+  schedule_name text,
+  slots timestamptz[],
+  passed_through timestamptz default null
+)
+returns table (slot timestamptz, run_id uuid, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+  v_slot timestamptz;
+  v_run pgflow.runs;
+  v_now timestamptz := clock_timestamp();
+  v_slots timestamptz[];
+begin
+  perform pgflow._require_flow_route(flow_slug);
+  select * into v_schedule from pgflow.schedules as s
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
+  for update;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  if v_schedule.paused_at is not null then
+    return;
+  end if;
+  -- The slots that may start: past ones, after the last slot, the latest 100 (MAX_CATCH_UP).
+  v_slots := array(
+    select x.s from (
+      select distinct s from unnest(slots) as s
+      where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
+      order by s desc
+      limit 100
+    ) as x
+    order by x.s
+  );
+  foreach v_slot in array v_slots loop
+    select * into v_run from pgflow.start_flow(
+      start_scheduled_runs.flow_slug, v_schedule.input, null,
+      format('schedule:%s:%s', start_scheduled_runs.schedule_name,
+        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+    slot := v_slot;
+    run_id := v_run.run_id;
+    created := v_run.started_at = now();
+    v_schedule.last_run_id := v_run.run_id;
+    return next;
+  end loop;
+  update pgflow.schedules as s
+  set last_slot_at = greatest(s.last_slot_at,
+      (select max(x) from unnest(slots) as x where x <= v_now), least(passed_through, v_now)),
+    last_run_id = v_schedule.last_run_id
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
+end;
+$$;
+
+-- Deletes a flow's definition and all its runtime data (archiving its unfinished tasks' messages),
+-- and drops the queues its queue mode owns: the steps' routes, plus the default queue in flow mode
+-- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
+-- under the spelling PGMQ lists for it (two spellings are refused as ambiguous), and kept while
+-- another flow still routes to it.
+-- Its step roles (pgflow.step_roles) stay bound to their steps' names (engine 0020): they work on
+-- nothing until the flow is applied again with those steps, and never as plain workers; a notice
+-- names them.
+-- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
+create or replace function pgflow.delete_flow_and_data(flow_slug text)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+  v_queue text;
+  v_active_queues text[];
+  v_active_messages bigint[];
+  v_mode text;
+  v_listed text[];
+  v_bound text;
+begin
+  perform pgflow._lock_flow_definition(flow_slug);
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  if not found then
+    return;
+  end if;
+
+  v_queues := array(
+    select s.queue_name from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug
+    union
+    select pgflow.default_queue_name(delete_flow_and_data.flow_slug) where v_mode = 'flow'
+  );
+
+  -- Same lock order as the task callbacks: runs first (in key order), then their rows.
+  perform 1 from pgflow.runs as r
+  where r.flow_slug = delete_flow_and_data.flow_slug
+  order by r.run_id
+  for update;
+
+  -- Messages of unfinished tasks go too (their task rows locked first, in key order, as claims
+  -- do): a queue shared with another flow survives this deletion.
+  with active as (
+    select t.queue_name, t.message_id from pgflow.step_tasks as t
+    where t.flow_slug = delete_flow_and_data.flow_slug and t.status in ('queued', 'started')
+    order by t.run_id, t.step_slug, t.task_index
+    for update
+  )
+  select array_agg(a.queue_name), array_agg(a.message_id) into v_active_queues, v_active_messages
+  from active as a;
+  perform pgflow._archive_task_messages(v_active_queues, v_active_messages);
+
+  foreach v_queue in array v_queues loop
+    perform pgflow.archive_completed_messages(v_queue);
+  end loop;
+  delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.step_states as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  select string_agg(r.role_name, ', ' order by r.role_name) into v_bound
+  from pgflow.step_roles as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  if v_bound is not null then
+    raise notice 'Step roles of flow "%" stay bound to their steps: %.', flow_slug, v_bound
+      using detail = 'They work on nothing until the flow is applied again with those steps, and never as plain workers.',
+        hint = '`pgflow-gen db roles` lists step roles whose step does not exist; drop those no longer needed.';
+  end if;
+
+  foreach v_queue in array v_queues loop
+    continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)
+      or exists (select 1 from pgflow.flows as f where f.queue_mode = 'flow' and pgflow.default_queue_name(f.flow_slug) = v_queue);
+    v_listed := array(select q.queue_name from pgmq.list_queues() as q where lower(q.queue_name) = v_queue);
+    if cardinality(v_listed) > 1 then
+      -- PGMQ names a queue's tables in lowercase: these spellings are one physical queue.
+      raise exception 'The queue "%" of flow "%" is ambiguous.', v_queue, flow_slug
+        using errcode = '42710',
+          detail = format('PGMQ lists %s for the same tables; nothing was deleted.', array_to_string(v_listed, ', ')),
+          hint = 'Remove the extra rows from pgmq.meta (never pgmq.drop_queue, which drops the shared tables), then delete again.';
+    end if;
+    if cardinality(v_listed) = 1 then
+      perform pgmq.drop_queue(v_listed[1]);
+    end if;
+    delete from pgflow.archivable_messages as m where m.queue_name = v_queue;
+  end loop;
+end;
+$$;
+
+-- A worker process announces itself and the one queue it polls (and, for a step worker, its flow
+-- and step). Re-registering the same worker id refreshes it. Called once at worker startup. A step
+-- role (pgflow._session_step_roles) registers only for its own step and that step's queue.
+-- Registers only real routes (engine 0020): the queue is an engine queue; with a flow, the flow
+-- exists and the queue is its default queue or one of its steps' (with a step, that step's own);
+-- a step needs its flow; the function name is at most 200 characters. The worker id belongs to the
+-- login role that registered it first (workers.registered_by): another role is refused
+-- (pgflow._require_worker_owner). Locks the worker's row.
+create or replace function pgflow.register_worker(
+  worker_id uuid,
+  queue_name text,
+  function_name text,
+  flow_slug text default null,
+  step_slug text default null
+)
+returns pgflow.workers
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_worker pgflow.workers;
+  v_queue text := lower(queue_name);
+  v_owner text;
+begin
+  perform pgflow._require_step_route(flow_slug, step_slug);
+  perform pgflow._require_queue_route(queue_name);
+  if char_length(function_name) > 200 then
+    raise exception 'A worker''s function name has at most 200 characters, not %.', char_length(function_name)
+      using errcode = '22001';
+  end if;
+  if step_slug is not null and flow_slug is null then
+    raise exception 'A worker of step "%" needs its flow.', step_slug using errcode = '22023';
+  end if;
+  if flow_slug is not null then
+    if not exists (select 1 from pgflow.flows as f where f.flow_slug = register_worker.flow_slug) then
+      raise exception 'Flow "%" does not exist.', flow_slug
+        using errcode = 'P0002', hint = 'Apply the flow''s migration (pgflow-gen db apply) before its workers start.';
+    end if;
+    if not exists (
+      select 1 from pgflow.steps as s
+      where s.flow_slug = register_worker.flow_slug and s.queue_name = v_queue
+        and (register_worker.step_slug is null or s.step_slug = register_worker.step_slug)
+    ) and not (step_slug is null and v_queue = pgflow.default_queue_name(flow_slug)) then
+      raise exception 'Flow "%" has no route % on queue "%".', flow_slug,
+        coalesce(format('for step "%s"', step_slug), 'for its steps'), v_queue
+        using errcode = '22023', hint = 'Register the queue the flow routes the worker''s steps to.';
+    end if;
+  end if;
+  select w.registered_by into v_owner from pgflow.workers as w
+  where w.worker_id = register_worker.worker_id for update;
+  if found then
+    perform pgflow._require_worker_owner(worker_id, v_owner);
+  end if;
+  insert into pgflow.workers as w (worker_id, queue_name, function_name, flow_slug, step_slug, registered_by)
+  values (register_worker.worker_id, register_worker.queue_name, register_worker.function_name,
+    register_worker.flow_slug, register_worker.step_slug, session_user)
+  on conflict on constraint workers_pkey do update
+  set queue_name = excluded.queue_name, function_name = excluded.function_name,
+    flow_slug = excluded.flow_slug, step_slug = excluded.step_slug,
+    last_heartbeat_at = clock_timestamp(), stopped_at = null, registered_by = excluded.registered_by
+  returning w.* into v_worker;
+  return v_worker;
+end;
+$$;
+
+-- The route a claim takes its tasks from, checked once per claim (engine 0014): the flow's queue
+-- mode decides the selector (a step-queued flow claims one step, named exactly, from that step's
+-- own queue; a flow-mode flow takes no step). Returns the queue, the steps whose tasks the claim
+-- may start with their effective timeouts, and the lease each claimed message gets when those
+-- timeouts agree (timeout + 2 s; null when they differ). Raises on a wrong selector, and on a queue
+-- that is not the route's (engine 0020: in flow mode too); no writes.
+-- Called by claim_tasks and read_and_claim.
+create or replace function pgflow._claim_route(
+  flow_slug text,
+  queue_name text,
+  step_slug text,
+  out queue text,
+  out step_slugs text[],
+  out timeouts int[],
+  out lease int
+)
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_mode text;
+  v_flow_timeout int;
+  v_route text;
+  v_twin text;
+begin
+  perform pgflow._require_step_route(flow_slug, step_slug);
+  if queue_name is null then
+    raise exception 'A claim needs the queue the messages were read from.' using errcode = '22004';
+  end if;
+  select f.queue_mode, f.opt_timeout into v_mode, v_flow_timeout
+  from pgflow.flows as f where f.flow_slug = _claim_route.flow_slug;
+  if not found then
+    raise exception 'Flow "%" does not exist.', flow_slug using errcode = 'P0002';
+  end if;
+  queue := lower(queue_name);
+  if v_mode = 'flow' and step_slug is not null then
+    raise exception 'Flow "%" uses its default queue, so claiming takes no step slug.', flow_slug
+      using errcode = '22023', hint = 'Claim without step_slug for a flow-mode flow.';
+  end if;
+  -- GUARD: a flow-mode claim reads only the flow's own queue (engine 0020), never another queue
+  -- of PGMQ's (an application's own, or another flow's).
+  if v_mode = 'flow' and queue <> pgflow.default_queue_name(flow_slug) then
+    raise exception 'Flow "%" uses queue "%", not "%".', flow_slug, pgflow.default_queue_name(flow_slug), queue
+      using errcode = '42501', hint = 'Claim with the messages read from the flow''s own queue.';
+  end if;
+  if v_mode = 'step' then
+    if step_slug is null then
+      raise exception 'Flow "%" uses per-step queues, so claiming needs the step slug.', flow_slug
+        using errcode = '22023', hint = 'Pass step_slug => the step this worker runs, with that step''s queue.';
+    end if;
+    select s.queue_name into v_route from pgflow.steps as s
+    where s.flow_slug = _claim_route.flow_slug and s.step_slug = _claim_route.step_slug;
+    if not found then
+      select s.step_slug into v_twin from pgflow.steps as s
+      where s.flow_slug = _claim_route.flow_slug and lower(s.step_slug) = lower(_claim_route.step_slug);
+      if v_twin is not null then
+        raise exception 'Flow "%" has no step "%".', flow_slug, step_slug
+          using errcode = '22023', detail = format('Step slugs match exactly; did you mean "%s"?', v_twin);
+      end if;
+      raise exception 'Flow "%" has no step "%".', flow_slug, step_slug using errcode = '22023';
+    end if;
+    if v_route <> queue_name then
+      raise exception 'Step "%" of flow "%" is routed to queue "%", not "%".', step_slug, flow_slug, v_route, queue_name
+        using errcode = '22023', hint = 'Claim with the messages read from the step''s own queue.';
+    end if;
+    queue := v_route;
+  end if;
+  select array_agg(s.step_slug order by s.step_index),
+    array_agg(coalesce(s.opt_timeout, v_flow_timeout) order by s.step_index),
+    case when min(coalesce(s.opt_timeout, v_flow_timeout)) = max(coalesce(s.opt_timeout, v_flow_timeout))
+      then max(coalesce(s.opt_timeout, v_flow_timeout)) + 2 end
+  into step_slugs, timeouts, lease
+  from pgflow.steps as s
+  where s.flow_slug = _claim_route.flow_slug and s.step_type <> 'signal'
+    and (_claim_route.step_slug is null or s.step_slug = _claim_route.step_slug);
+end;
+$$;
+
+-- The claim itself (engine 0014), for messages read from the queue of a route pgflow._claim_route
+-- checked: starts the queued tasks of this flow (and step) among them whose run and step are
+-- started, and returns them with their inputs, the attempt each claim started (the fencing token
+-- of the task's callbacks) and the step's effective timeout. Each message's lease is the step's
+-- timeout + 2 s: `lease` says which one the read already set (read_and_claim reads with it), and
+-- only the others are set here.
+-- Task rows locked by someone else are skipped (their message comes back later), so a claim never
+-- waits; then PGMQ rows are locked. Messages of this flow (and step) whose task no longer exists
+-- are archived (a warning names them); other foreign ones are left alone.
+-- A worker marked stopped, or silent for longer than the liveness rule's live_within, that claims
+-- is registered again (a claim proves it alive). Only the login role that registered the worker
+-- id claims as it (engine 0020, pgflow._require_worker_owner).
+-- Tasks of a paused step (pgflow.step_pauses) are not claimed: their messages are held out of
+-- sight for 60 s at a time and listed in pgflow.held_messages (resume_step shows them again at
+-- once), and a notice names them (JSON detail: held_message_ids), so a worker does not take them
+-- for foreign messages.
+-- Tasks of a step with limits (pgflow.step_limits, engine 0017) are started only as far as
+-- pgflow._step_capacity allows, in message order; the others are held back, using no attempt,
+-- until there is room again (the rate window's next free start, or 1 s), and a notice names them
+-- (JSON detail: limited_message_ids). Each started one takes a slot (pgflow.step_slots).
+-- Messages read with the claim's lease (read_and_claim passes it, with its own read_vt) that it
+-- does not claim are hidden for read_vt seconds instead, as pgmq.read would; held ones keep
+-- their hold.
+-- Its plans are generic (planning its statements for every claim cost more than running them)
+-- and index-driven: a generic plan made while the tables were small would otherwise join the
+-- claimed rows by scanning every task, a cost that grows with the table.
+create or replace function pgflow._claim_messages(
+  flow_slug text,
+  queue_name text,
+  worker_id uuid,
+  step_slug text,
+  msg_ids bigint[],
+  step_slugs text[],
+  timeouts int[],
+  lease int,
+  read_vt int
+)
+returns setof pgflow.claimed_task
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+as $$
+declare
+  v_run_ids uuid[];
+  v_step_slugs text[];
+  v_task_indexes int[];
+  v_message_ids bigint[];
+  v_attempts int[];
+  v_timeouts int[];
+  v_unleased bigint[];
+  v_offsets int[];
+  v_visible_set int;
+  v_orphans bigint[];
+  v_stopped_at timestamptz;
+  v_heartbeat_at timestamptz;
+  v_registered_by text;
+  v_paused boolean;
+  v_held bigint[];
+  v_limited_steps text[];
+  v_limited bigint[];
+  v_limited_holds int[];
+  v_capacity record;
+  v_step text;
+  v_over bigint[];
+  v_rehidden bigint[];
+  v_source record;
+  v_array jsonb;
+  v_elements jsonb[];
+begin
+  select w.stopped_at, w.last_heartbeat_at, w.registered_by into v_stopped_at, v_heartbeat_at, v_registered_by
+  from pgflow.workers as w where w.worker_id = _claim_messages.worker_id;
+  if not found then
+    raise exception 'Worker % is not registered.', worker_id
+      using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  if v_registered_by is distinct from session_user then
+    perform pgflow._require_worker_owner(worker_id, v_registered_by);
+  end if;
+  -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
+  -- window, is registered again, or stall recovery would take what it claims the moment it does.
+  if v_stopped_at is not null
+     or v_heartbeat_at < clock_timestamp() - (pgflow.worker_liveness()).live_within then
+    update pgflow.workers as w set stopped_at = null, last_heartbeat_at = clock_timestamp()
+    where w.worker_id = _claim_messages.worker_id;
+  end if;
+
+  -- GUARD: a paused step starts no task; what was read of it is held, using no attempt.
+  v_paused := exists (select 1 from pgflow.step_pauses as p where p.flow_slug = _claim_messages.flow_slug);
+  if v_paused then
+    with held as (
+      select t.message_id, t.step_slug
+      from pgflow.step_tasks as t
+      join pgflow.step_pauses as p on p.flow_slug = t.flow_slug and p.step_slug = t.step_slug
+      where t.queue_name = _claim_messages.queue_name and t.message_id = any (_claim_messages.msg_ids)
+        and t.flow_slug = _claim_messages.flow_slug and t.status = 'queued'
+      order by t.run_id, t.step_slug, t.task_index
+      -- The pause is held too, so a resume cannot delete it before its messages are listed.
+      for update of t skip locked for key share of p
+    ),
+    listed as (
+      insert into pgflow.held_messages (queue_name, message_id, flow_slug, step_slug)
+      select _claim_messages.queue_name, h.message_id, _claim_messages.flow_slug, h.step_slug from held as h
+      on conflict do nothing
+    )
+    select array_agg(h.message_id order by h.message_id) into v_held from held as h;
+    if v_held is not null then
+      perform pgflow._set_vt_batch(queue_name, v_held, array_fill(60, array[cardinality(v_held)]));
+      raise notice 'claim_tasks held % message(s) of paused steps in queue "%".',
+        cardinality(v_held), queue_name
+        using detail = jsonb_build_object('held_message_ids', to_jsonb(v_held))::text;
+    end if;
+  end if;
+
+  -- GUARD: a limited step starts no more tasks than its limits allow; the rest are held back, in
+  -- message order, using no attempt. Limits rows are locked in step order (claims take turns).
+  if exists (select 1 from pgflow.step_limits as l where l.flow_slug = _claim_messages.flow_slug) then
+    for v_step in
+      select l.step_slug from pgflow.step_limits as l
+      where l.flow_slug = _claim_messages.flow_slug
+        and (_claim_messages.step_slug is null or l.step_slug = _claim_messages.step_slug)
+        and not exists (
+          select 1 from pgflow.step_pauses as p
+          where p.flow_slug = l.flow_slug and p.step_slug = l.step_slug
+        )
+        and exists (
+          select 1 from pgflow.step_tasks as t
+          where t.message_id = any (_claim_messages.msg_ids) and t.queue_name = _claim_messages.queue_name
+            and t.flow_slug = l.flow_slug and t.step_slug = l.step_slug and t.status = 'queued'
+        )
+      order by l.step_slug
+    loop
+      select * into v_capacity from pgflow._step_capacity(flow_slug, v_step);
+      continue when v_capacity.allowed is null;  -- its limits were cleared meanwhile
+      v_limited_steps := v_limited_steps || v_step;
+      v_over := array(
+        select t.message_id from pgflow.step_tasks as t
+        where t.message_id = any (_claim_messages.msg_ids) and t.queue_name = _claim_messages.queue_name
+          and t.flow_slug = _claim_messages.flow_slug and t.step_slug = v_step and t.status = 'queued'
+        order by t.message_id
+        offset v_capacity.allowed);
+      v_limited := coalesce(v_limited, '{}') || v_over;
+      v_limited_holds := coalesce(v_limited_holds, '{}')
+        || array_fill(greatest(1, ceil(coalesce(v_capacity.retry_in_s, 1)))::int, array[cardinality(v_over)]);
+    end loop;
+    if cardinality(v_limited) > 0 then
+      perform pgflow._set_vt_batch(queue_name, v_limited, v_limited_holds);
+      raise notice 'claim_tasks limited % message(s) of queue "%": their steps are at a limit.',
+        cardinality(v_limited), queue_name
+        using detail = jsonb_build_object('limited_message_ids', to_jsonb(v_limited))::text;
+    end if;
+  end if;
+
+  -- GUARD: only queued tasks are claimed (a queued task always belongs to a started run and step:
+  -- failing a run cancels its tasks, skipping a step skips them); the task row lock decides races.
+  with candidates as (
+    select t.run_id, t.step_slug, t.task_index
+    from pgflow.step_tasks as t
+    where t.message_id = any (_claim_messages.msg_ids) and t.queue_name = _claim_messages.queue_name
+      and t.flow_slug = _claim_messages.flow_slug and t.status = 'queued'
+      and (_claim_messages.step_slug is null or t.step_slug = _claim_messages.step_slug)
+      and not (v_paused and exists (
+        select 1 from pgflow.step_pauses as p
+        where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug
+      ))
+      and not (t.message_id = any (coalesce(v_limited, '{}')))
+    order by t.run_id, t.step_slug, t.task_index
+    for update skip locked
+  ),
+  claimed as (
+    update pgflow.step_tasks as t
+    set status = 'started', attempts_count = t.attempts_count + 1,
+      started_at = clock_timestamp(), last_worker_id = _claim_messages.worker_id,
+      -- A step added since the route was read (add_step on a flow-mode flow) is looked up.
+      claimed_timeout = coalesce(
+        _claim_messages.timeouts[array_position(_claim_messages.step_slugs, t.step_slug)],
+        (select coalesce(s.opt_timeout, f.opt_timeout)
+         from pgflow.steps as s join pgflow.flows as f on f.flow_slug = s.flow_slug
+         where s.flow_slug = t.flow_slug and s.step_slug = t.step_slug)),
+      lease_renewed_at = null
+    from candidates as c
+    where t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+    returning t.run_id, t.step_slug, t.task_index, t.message_id, t.attempts_count, t.claimed_timeout
+  )
+  select array_agg(c.run_id), array_agg(c.step_slug), array_agg(c.task_index),
+    array_agg(c.message_id), array_agg(c.attempts_count), array_agg(c.claimed_timeout)
+  into v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts
+  from claimed as c;
+  -- Messages of this flow (and step) whose task no longer exists (a run deleted or pruned
+  -- before 0008 left them) would come back after every lease: archive them and say so. Only
+  -- when some message read was not claimed (the common claim takes them all and skips this).
+  if cardinality(msg_ids) > coalesce(cardinality(v_message_ids), 0) then
+    execute format($sql$
+      select array_agg(q.msg_id order by q.msg_id) from pgmq.%I as q
+      where q.msg_id = any ($1) and not (q.msg_id = any ($2))
+        and q.message ->> 'flow_slug' = $3 and ($4::text is null or q.message ->> 'step_slug' = $4)
+        and q.message ->> 'run_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+        and q.message ->> 'task_index' ~ '^[0-9]{1,9}$'
+        and not exists (
+          select 1 from pgflow.step_tasks as t
+          where t.run_id = (case when q.message ->> 'run_id' ~* '^[0-9a-f-]{36}$' then (q.message ->> 'run_id')::uuid end)
+            and t.step_slug = q.message ->> 'step_slug'
+            and t.task_index = (case when q.message ->> 'task_index' ~ '^[0-9]{1,9}$' then (q.message ->> 'task_index')::int end)
+        )
+      $sql$, pgflow.pgmq_table_name(queue_name))
+    into v_orphans using msg_ids, coalesce(v_message_ids, '{}'), flow_slug, step_slug;
+  end if;
+  if v_orphans is not null then
+    perform pgmq.archive(queue_name, v_orphans);
+    raise warning 'claim_tasks archived % message(s) of queue "%" whose task no longer exists.',
+      cardinality(v_orphans), queue_name
+      using detail = jsonb_build_object('archived_message_ids', to_jsonb(v_orphans))::text;
+  end if;
+  -- Read with the claim's lease, what it did not claim is hidden for the read's visibility instead;
+  -- what it held (a paused step's, a limited step's) keeps its hold, what it archived is gone.
+  if lease is not null and lease <> read_vt
+     and cardinality(msg_ids) > coalesce(cardinality(v_message_ids), 0) then
+    v_rehidden := array(
+      select m.id from unnest(msg_ids) as m (id)
+      except
+      select u.id from unnest(coalesce(v_message_ids, '{}') || coalesce(v_held, '{}')
+        || coalesce(v_limited, '{}') || coalesce(v_orphans, '{}')) as u (id)
+      order by 1);
+    perform pgflow._set_vt_batch(queue_name, v_rehidden, array_fill(read_vt, array[cardinality(v_rehidden)]));
+  end if;
+  if v_message_ids is null then
+    return;
+  end if;
+  if v_limited_steps is not null then
+    insert into pgflow.step_slots (flow_slug, step_slug, run_id, task_index, attempt, started_at)
+    select _claim_messages.flow_slug, c.step_slug, c.run_id, c.task_index, c.attempt, clock_timestamp()
+    from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_attempts) as c (run_id, step_slug, task_index, attempt)
+    where c.step_slug = any (v_limited_steps);
+  end if;
+
+  -- GUARD: the lease must be in place before any task is returned, or the claim is undone. The
+  -- read set it already where it read with the step's own (the common case: nothing to do).
+  select array_agg(x.m order by x.n), array_agg(x.t + 2 order by x.n) into v_unleased, v_offsets
+  from unnest(v_message_ids, v_timeouts) with ordinality as x (m, t, n)
+  where lease is null or x.t + 2 <> lease;
+  if v_unleased is not null then
+    select count(*) into v_visible_set from pgflow._set_vt_batch(queue_name, v_unleased, v_offsets);
+    if v_visible_set <> cardinality(v_unleased) then
+      raise exception 'claim_tasks: % of % claimed messages are missing from queue "%".',
+        cardinality(v_unleased) - v_visible_set, cardinality(v_unleased), queue_name
+        using hint = 'Messages of pgflow queues must only be archived or deleted by pgflow.';
+    end if;
+  end if;
+
+  -- GUARD: a map task's input is one element of an array (the run input, or its dependency's
+  -- output) that may be large: it is read and unpacked once per run and step of the claim, not
+  -- once per task (a value read from its table is unpacked again by every use).
+  for v_source in
+    select distinct c.run_id, c.step_slug, s.deps_count
+    from unnest(v_run_ids, v_step_slugs) as c (run_id, step_slug)
+    join pgflow.steps as s on s.flow_slug = _claim_messages.flow_slug and s.step_slug = c.step_slug
+    where s.step_type = 'map'
+  loop
+    if v_source.deps_count = 0 then
+      select r.input || '[]'::jsonb into v_array from pgflow.runs as r where r.run_id = v_source.run_id;
+    else
+      select dep.output || '[]'::jsonb into v_array
+      from pgflow.deps as d
+      join pgflow.step_states as dep on dep.run_id = v_source.run_id and dep.step_slug = d.dep_slug
+      where d.flow_slug = _claim_messages.flow_slug and d.step_slug = v_source.step_slug;
+    end if;
+    v_elements := array(
+      select case when c.run_id = v_source.run_id and c.step_slug = v_source.step_slug
+        then v_array -> c.task_index else v_elements[c.n] end
+      from unnest(v_run_ids, v_step_slugs, v_task_indexes) with ordinality as c (run_id, step_slug, task_index, n)
+      order by c.n);
+  end loop;
+
+  return query
+  select _claim_messages.flow_slug, c.run_id, c.step_slug,
+    case
+      when s.step_type = 'map' then v_elements[c.n]
+      else coalesce((
+        select jsonb_object_agg(d.dep_slug, dep.output)
+        from pgflow.deps as d
+        join pgflow.step_states as dep on dep.run_id = c.run_id and dep.step_slug = d.dep_slug
+        where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug and dep.status = 'completed'
+      ), '{}'::jsonb)
+    end,
+    c.message_id, c.task_index,
+    case when s.step_type = 'single' and s.deps_count = 0 then r.input end,
+    c.attempt, c.timeout
+  from unnest(v_run_ids, v_step_slugs, v_task_indexes, v_message_ids, v_attempts, v_timeouts)
+    with ordinality as c (run_id, step_slug, task_index, message_id, attempt, timeout, n)
+  join pgflow.runs as r on r.run_id = c.run_id
+  join pgflow.steps as s on s.flow_slug = _claim_messages.flow_slug and s.step_slug = c.step_slug
+  order by c.message_id;
 end;
 $$;
 
@@ -320,6 +1309,8 @@ declare
   v_requeue_queues text[];
   v_requeue_messages bigint[];
 begin
+  -- A step role whose step is gone does nothing here either (engine 0020).
+  perform pgflow._require_flow_route(null);
   -- Periodic maintenance is also where idle queues get their completed messages archived; first,
   -- before any task row is locked (the drain takes no task locks, so no order to invert).
   perform pgflow.archive_completed_messages();
@@ -444,6 +1435,11 @@ begin
   end loop;
 end;
 $$;
+
+
+-- A caller of engine 0017-0019's start_scheduled_runs could move a schedule's last slot past now
+-- (even to infinity), which stopped it for good: such a slot goes back to now.
+update pgflow.schedules set last_slot_at = now() where last_slot_at > now();
 
 
 -- No engine function runs for PUBLIC (engine 0019). The default privileges 0019 set per schema

@@ -3,8 +3,10 @@
 -- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
--- pgflow.stalled_after per database (every session must see one rule). Workers read it when
--- they start. No writes.
+-- pgflow.stalled_after per database (every session must see one rule). Only an operator's
+-- session may set its own (engine 0020, pgflow._engine_setting): a worker's session sees the
+-- database's, so it cannot shorten the stall rule (it runs as the owner to read them). Workers read
+-- it when they start. No writes.
 create function pgflow.worker_liveness(
   out heartbeat_interval interval,
   out live_within interval,
@@ -13,12 +15,13 @@ create function pgflow.worker_liveness(
 language plpgsql
 stable
 parallel safe
+security definer
 set search_path = ''
 as $$
 begin
-  heartbeat_interval := coalesce(nullif(current_setting('pgflow.heartbeat_interval', true), '')::interval, interval '5 seconds');
-  live_within := coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds');
-  stalled_after := coalesce(nullif(current_setting('pgflow.stalled_after', true), '')::interval, interval '30 seconds');
+  heartbeat_interval := coalesce(nullif(pgflow._engine_setting('pgflow.heartbeat_interval'), '')::interval, interval '5 seconds');
+  live_within := coalesce(nullif(pgflow._engine_setting('pgflow.live_within'), '')::interval, interval '15 seconds');
+  stalled_after := coalesce(nullif(pgflow._engine_setting('pgflow.stalled_after'), '')::interval, interval '30 seconds');
   -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
   -- and a heartbeat at most ten times a second.
   if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval

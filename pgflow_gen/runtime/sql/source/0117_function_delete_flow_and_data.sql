@@ -3,6 +3,9 @@
 -- only (a step-queued flow never touches an unrelated queue of that name). A queue is dropped
 -- under the spelling PGMQ lists for it (two spellings are refused as ambiguous), and kept while
 -- another flow still routes to it.
+-- Its step roles (pgflow.step_roles) stay bound to their steps' names (engine 0020): they work on
+-- nothing until the flow is applied again with those steps, and never as plain workers; a notice
+-- names them.
 -- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
@@ -18,6 +21,7 @@ declare
   v_active_messages bigint[];
   v_mode text;
   v_listed text[];
+  v_bound text;
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
@@ -58,6 +62,13 @@ begin
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  select string_agg(r.role_name, ', ' order by r.role_name) into v_bound
+  from pgflow.step_roles as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  if v_bound is not null then
+    raise notice 'Step roles of flow "%" stay bound to their steps: %.', flow_slug, v_bound
+      using detail = 'They work on nothing until the flow is applied again with those steps, and never as plain workers.',
+        hint = '`pgflow-gen db roles` lists step roles whose step does not exist; drop those no longer needed.';
+  end if;
 
   foreach v_queue in array v_queues loop
     continue when exists (select 1 from pgflow.steps as s where s.queue_name = v_queue)

@@ -33,6 +33,8 @@ declare
   v_requeue_queues text[];
   v_requeue_messages bigint[];
 begin
+  -- A step role whose step is gone does nothing here either (engine 0020).
+  perform pgflow._require_flow_route(null);
   -- Periodic maintenance is also where idle queues get their completed messages archived; first,
   -- before any task row is locked (the drain takes no task locks, so no order to invert).
   perform pgflow.archive_completed_messages();

@@ -2,7 +2,8 @@
 -- mode decides the selector (a step-queued flow claims one step, named exactly, from that step's
 -- own queue; a flow-mode flow takes no step). Returns the queue, the steps whose tasks the claim
 -- may start with their effective timeouts, and the lease each claimed message gets when those
--- timeouts agree (timeout + 2 s; null when they differ). Raises on a wrong selector; no writes.
+-- timeouts agree (timeout + 2 s; null when they differ). Raises on a wrong selector, and on a queue
+-- that is not the route's (engine 0020: in flow mode too); no writes.
 -- Called by claim_tasks and read_and_claim.
 create function pgflow._claim_route(
   flow_slug text,
@@ -36,6 +37,12 @@ begin
   if v_mode = 'flow' and step_slug is not null then
     raise exception 'Flow "%" uses its default queue, so claiming takes no step slug.', flow_slug
       using errcode = '22023', hint = 'Claim without step_slug for a flow-mode flow.';
+  end if;
+  -- GUARD: a flow-mode claim reads only the flow's own queue (engine 0020), never another queue
+  -- of PGMQ's (an application's own, or another flow's).
+  if v_mode = 'flow' and queue <> pgflow.default_queue_name(flow_slug) then
+    raise exception 'Flow "%" uses queue "%", not "%".', flow_slug, pgflow.default_queue_name(flow_slug), queue
+      using errcode = '42501', hint = 'Claim with the messages read from the flow''s own queue.';
   end if;
   if v_mode = 'step' then
     if step_slug is null then

@@ -8,7 +8,8 @@
 -- waits; then PGMQ rows are locked. Messages of this flow (and step) whose task no longer exists
 -- are archived (a warning names them); other foreign ones are left alone.
 -- A worker marked stopped, or silent for longer than the liveness rule's live_within, that claims
--- is registered again (a claim proves it alive).
+-- is registered again (a claim proves it alive). Only the login role that registered the worker
+-- id claims as it (engine 0020, pgflow._require_worker_owner).
 -- Tasks of a paused step (pgflow.step_pauses) are not claimed: their messages are held out of
 -- sight for 60 s at a time and listed in pgflow.held_messages (resume_step shows them again at
 -- once), and a notice names them (JSON detail: held_message_ids), so a worker does not take them
@@ -54,6 +55,7 @@ declare
   v_orphans bigint[];
   v_stopped_at timestamptz;
   v_heartbeat_at timestamptz;
+  v_registered_by text;
   v_paused boolean;
   v_held bigint[];
   v_limited_steps text[];
@@ -67,11 +69,14 @@ declare
   v_array jsonb;
   v_elements jsonb[];
 begin
-  select w.stopped_at, w.last_heartbeat_at into v_stopped_at, v_heartbeat_at
+  select w.stopped_at, w.last_heartbeat_at, w.registered_by into v_stopped_at, v_heartbeat_at, v_registered_by
   from pgflow.workers as w where w.worker_id = _claim_messages.worker_id;
   if not found then
     raise exception 'Worker % is not registered.', worker_id
       using errcode = 'P0002', hint = 'Register it with pgflow.register_worker() before claiming.';
+  end if;
+  if v_registered_by is distinct from session_user then
+    perform pgflow._require_worker_owner(worker_id, v_registered_by);
   end if;
   -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
   -- window, is registered again, or stall recovery would take what it claims the moment it does.

@@ -4,8 +4,11 @@
 -- started). Then moves last_slot_at to the latest of the slots and passed_through (the latest
 -- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
 -- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
--- expression; this function only keeps the promise of once per slot. Returns each slot it
--- handled with its run and whether this call started it. Locks the schedule's row.
+-- expression; this function keeps the promise of once per slot, and bounds what a caller can
+-- bend (engine 0020): a slot later than now is not started, at most the latest 100 slots of a
+-- call start (the documented catch-up maximum), last_slot_at never moves past now, and a step
+-- role starts only its own flow's schedules. Returns each slot it handled with its run and
+-- whether this call started it. Locks the schedule's row.
 create function pgflow.start_scheduled_runs(
   flow_slug text,
   schedule_name text,
@@ -22,7 +25,10 @@ declare
   v_schedule pgflow.schedules;
   v_slot timestamptz;
   v_run pgflow.runs;
+  v_now timestamptz := clock_timestamp();
+  v_slots timestamptz[];
 begin
+  perform pgflow._require_flow_route(flow_slug);
   select * into v_schedule from pgflow.schedules as s
   where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
   for update;
@@ -33,11 +39,17 @@ begin
   if v_schedule.paused_at is not null then
     return;
   end if;
-  for v_slot in
-    select distinct s from unnest(slots) as s
-    where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz)
-    order by s
-  loop
+  -- The slots that may start: past ones, after the last slot, the latest 100 (MAX_CATCH_UP).
+  v_slots := array(
+    select x.s from (
+      select distinct s from unnest(slots) as s
+      where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
+      order by s desc
+      limit 100
+    ) as x
+    order by x.s
+  );
+  foreach v_slot in array v_slots loop
     select * into v_run from pgflow.start_flow(
       start_scheduled_runs.flow_slug, v_schedule.input, null,
       format('schedule:%s:%s', start_scheduled_runs.schedule_name,
@@ -49,7 +61,8 @@ begin
     return next;
   end loop;
   update pgflow.schedules as s
-  set last_slot_at = greatest(s.last_slot_at, (select max(x) from unnest(slots) as x), passed_through),
+  set last_slot_at = greatest(s.last_slot_at,
+      (select max(x) from unnest(slots) as x where x <= v_now), least(passed_through, v_now)),
     last_run_id = v_schedule.last_run_id
   where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
 end;

@@ -18,8 +18,8 @@ begin
   from unnest(run_ids, step_slugs) as k (run_id, step_slug)
   left join pgflow.runs as r on r.run_id = k.run_id
   where not exists (
-    select 1 from pgflow.step_roles as sr
-    where sr.role_name = session_user and sr.flow_slug = r.flow_slug and sr.step_slug = k.step_slug
+    select 1 from pgflow._session_step_roles() as sr
+    where sr.flow_slug = r.flow_slug and sr.step_slug = k.step_slug
   )
   limit 1;
   if found then

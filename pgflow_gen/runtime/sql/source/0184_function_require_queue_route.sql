@@ -17,9 +17,9 @@ begin
   end if;
   if pgflow._session_is_step_role()
     and not exists (
-      select 1 from pgflow.step_roles as r
+      select 1 from pgflow._session_step_roles() as r
       join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = r.step_slug
-      where r.role_name = session_user and s.queue_name = v_queue
+      where s.queue_name = v_queue
     ) then
     raise exception 'Role "%" may not work on queue "%".', session_user, v_queue
       using errcode = '42501', hint = 'Run each step''s worker with that step''s own role (pgflow-gen db roles --per-step).';
