@@ -214,8 +214,11 @@ def _db_roles(args: argparse.Namespace) -> int:
             for role in roles_module.step_roles(conn, flow, args.prefix)
         ]
         statements += roles_module.step_statements(step_roles, names)
+        unbound = roles_module.step_roles_without_route(conn)
         if not args.apply:
             print(roles_module.render(conn, statements), end="")
+            for role in unbound:
+                print(f"-- {_unbound(role)}")
             return EXIT_OK
         roles_module.apply(conn, statements)
     print(f"roles: {', '.join(names.of(kind) for kind in roles_module.KINDS)} granted")
@@ -223,7 +226,16 @@ def _db_roles(args: argparse.Namespace) -> int:
         print(f'step role: {role.role} (step "{role.step_slug}" of flow "{role.flow_slug}")')
     if step_roles:
         print("next: give each step role its secret (alter role ... password '...')")
+    for role in unbound:
+        print(f"warning: {_unbound(role)}")
     return EXIT_OK
+
+
+def _unbound(role: roles_module.StepRole) -> str:
+    return (
+        f'step role {role.role} works on nothing: step "{role.step_slug}" of flow'
+        f' "{role.flow_slug}" does not exist (apply the flow again, or drop role {role.role})'
+    )
 
 
 def _db_sql(args: argparse.Namespace) -> int:

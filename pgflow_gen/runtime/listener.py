@@ -3,11 +3,15 @@ poller, on its own connection (reconnecting, and checking a quiet session now an
 
 The engine uses the same channel to say that a run was cancelled (engine 0010): PGMQ's own
 notifications carry no payload, the engine's a JSON object `{"event": "run:cancelled", "run_id":
-...}`, passed to `on_cancelled`. Anything else on the channel only wakes the poller."""
+...}`. Any role that can connect may notify any channel, so such a notification is a hint: for a
+run this worker is running (`holds`), the listener asks the engine (one query, engine 0020's
+`cancelled_runs`) and calls `on_cancelled` only for a run the engine did cancel. Anything else on
+the channel only wakes the poller."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -30,9 +34,10 @@ async def listen(
     log: logging.Logger,
     on_cancelled: Callable[[uuid.UUID], None] | None = None,
     on_reconnect: Callable[[str], None] | None = None,
+    holds: Callable[[uuid.UUID], bool] = lambda _run_id: True,
 ) -> None:
     """Set `wake` on every insert into `queue`, and call `on_cancelled` with the id of every
-    run the engine cancels while this queue has tasks of it running, until cancelled."""
+    run the engine cancels while this worker `holds` tasks of it, until cancelled."""
     channel = naming.pgmq_insert_channel(queue)
     link: Link[Session] = Link(connect, "notifications", log, on_reconnect=on_reconnect)
     try:
@@ -44,17 +49,40 @@ async def listen(
                 await session.listen(channel)
                 wake.set()  # anything sent while we were not listening
                 while True:
-                    async for payload in session.notifies(LISTEN_CHECK_S):
-                        cancelled = cancelled_run(payload)
-                        if cancelled is not None and on_cancelled is not None:
-                            on_cancelled(cancelled)
-                        wake.set()
-                    # Quiet for a while: make sure the session is still alive.
-                    await session.ping()
+                    claimed = await _hear(session, wake, holds if on_cancelled else None)
+                    if claimed is None:
+                        # Quiet for a while: make sure the session is still alive.
+                        await session.ping()
+                        continue
+                    assert on_cancelled is not None
+                    confirmed = await session.cancelled_runs([claimed])
+                    if confirmed:
+                        on_cancelled(claimed)
+                    else:
+                        log.warning(
+                            "ignored a run:cancelled notification for run %s: the engine says"
+                            " the run is not cancelled (someone else sent it)",
+                            claimed,
+                        )
             except psycopg.Error as exc:
                 await link.broken(exc)
     finally:
         await link.close()
+
+
+async def _hear(
+    session: Session, wake: asyncio.Event, holds: Callable[[uuid.UUID], bool] | None
+) -> uuid.UUID | None:
+    """Wake the poller on each notification until one says a run this worker holds was
+    cancelled (returned, for the engine to confirm: the stream is closed first, as psycopg
+    holds the connection while it waits), or LISTEN_CHECK_S pass in silence (None)."""
+    async with contextlib.aclosing(session.notifies(LISTEN_CHECK_S)) as stream:
+        async for payload in stream:
+            wake.set()
+            cancelled = cancelled_run(payload)
+            if cancelled is not None and holds is not None and holds(cancelled):
+                return cancelled
+    return None
 
 
 def cancelled_run(payload: str) -> uuid.UUID | None:

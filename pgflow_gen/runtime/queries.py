@@ -106,6 +106,9 @@ TRACE_CONTEXTS: Final[LiteralString] = (
 TRACE_CONTEXTS_TABLE: Final[LiteralString] = (
     "select run_id, traceparent from pgflow.runs where run_id = any(%s)"
 )
+#: (run ids) -> the ones the engine cancelled (engine 0020): a run:cancelled notification is
+#: confirmed here before a worker stops the run's handlers.
+CANCELLED_RUNS: Final[LiteralString] = "select c from pgflow.cancelled_runs(%s) as c"
 #: (traceparent) -> this transaction's runs keep the caller's trace context (engine 0016).
 SET_TRACEPARENT: Final[LiteralString] = "select set_config('pgflow.traceparent', %s, true)"
 #: Bound the statements of this transaction: (statement timeout, lock timeout), as '5s'.

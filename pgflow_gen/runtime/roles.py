@@ -71,6 +71,7 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     "client": ("cancel_run", "retry_run", "send_signal", "start_flow", "start_flows"),
     "worker": (
+        "cancelled_runs",
         "claim_tasks",
         "complete_and_claim",
         "complete_task",
@@ -125,6 +126,15 @@ _ROUTES: Final[LiteralString] = (
     "select f.queue_mode, s.step_slug, s.queue_name from pgflow.flows as f"
     " join pgflow.steps as s on s.flow_slug = f.flow_slug"
     " where f.flow_slug = %s order by s.step_index"
+)
+#: The step roles bound to a step that does not exist (engine 0020 keeps them bound when their
+#: flow is deleted or recompiled without the step): (role, flow, step).
+_WITHOUT_ROUTE: Final[LiteralString] = (
+    "select r.role_name, r.flow_slug, r.step_slug from pgflow.step_roles as r"
+    " where not exists (select 1 from pgflow.steps as s"
+    "   join pgflow.flows as f on f.flow_slug = s.flow_slug and f.queue_mode = 'step'"
+    "   where s.flow_slug = r.flow_slug and s.step_slug = r.step_slug)"
+    " order by r.role_name"
 )
 
 
@@ -261,6 +271,14 @@ def step_roles(conn: psycopg.Connection[Any], flow_slug: str, prefix: str) -> li
             hint="Give the flow per-step queues (`queue_mode: step` in its spec) first.",
         )
     return [StepRole(step_role_name(prefix, queue), flow_slug, step) for _, step, queue in rows]
+
+
+def step_roles_without_route(conn: psycopg.Connection[Any]) -> list[StepRole]:
+    """The step roles whose step does not exist (any more): they work on nothing (engine 0020)
+    until their flow is applied again with that step; none on an engine without step roles."""
+    if conn.execute("select to_regclass('pgflow.step_roles') is null").fetchone() == (True,):
+        return []
+    return [StepRole(*row) for row in conn.execute(_WITHOUT_ROUTE).fetchall()]
 
 
 def step_statements(roles: Sequence[StepRole], names: RoleNames) -> list[sql.Composed]:

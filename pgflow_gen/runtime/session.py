@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import psycopg
@@ -181,8 +181,13 @@ class Session(Protocol):
 
     # notifications
     async def listen(self, channel: str) -> None: ...
-    def notifies(self, timeout: float) -> AsyncIterator[str]: ...
+    def notifies(self, timeout: float) -> AsyncGenerator[str]: ...
     async def ping(self) -> None: ...
+
+    async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        """The runs among `run_ids` the engine has cancelled (engine 0020): a run:cancelled
+        notification is only a hint. On an older engine, every run asked about."""
+        ...
 
 
 #: Opens a new session (the loop reconnects through it).
@@ -476,10 +481,17 @@ class PsycopgSession:
     async def listen(self, channel: str) -> None:
         await self.conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
 
-    async def notifies(self, timeout: float) -> AsyncIterator[str]:
+    async def notifies(self, timeout: float) -> AsyncGenerator[str]:
         """The payloads of the notifications that arrive within `timeout` seconds."""
         async for notify in self.conn.notifies(timeout=timeout):
             yield notify.payload
+
+    async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        try:
+            cursor = await self.conn.execute(queries.CANCELLED_RUNS, (run_ids,))
+        except psycopg.errors.UndefinedFunction:
+            return run_ids  # an engine before 0020 cannot confirm: the notification decides
+        return [row[0] for row in await cursor.fetchall()]
 
     async def ping(self) -> None:
         await self.conn.execute(queries.PING)

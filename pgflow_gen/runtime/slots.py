@@ -166,6 +166,10 @@ class Slots:
         self.abandoned.discard(thread)
         self.wake_poll.set()
 
+    def holds_run(self, run_id: uuid.UUID) -> bool:
+        """Whether a handler of this run is running here (a cancellation would stop it)."""
+        return any(task.run_id == run_id for task in self.inflight.values())
+
     def cancel_run(self, run_id: uuid.UUID) -> int:
         """Stop the running handlers of a cancelled run (the engine closed their tasks); how
         many there were."""

@@ -244,6 +244,7 @@ class WorkerLoop:
                             self.log,
                             on_cancelled=self._run_cancelled,
                             on_reconnect=counted,
+                            holds=self.slots.holds_run,
                         ),
                     )
                 )

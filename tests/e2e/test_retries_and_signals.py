@@ -48,7 +48,9 @@ def test_a_failed_run_retried_from_the_cli_runs_again_and_waits_for_its_signal(
         return bool(approvals.state(run_id, "approval")["status"] == "started")
 
     eventually(waiting, "the approval step to wait for its signal")
-    assert approvals.task(run_id, "prepare")["attempts_count"] == 1  # fresh attempts
+    # A fresh budget (attempt 1 of it), its numbers going on from the two before the retry.
+    prepare = approvals.task(run_id, "prepare")
+    assert (prepare["attempts_count"], prepare["attempts_before_retry"]) == (3, 2)
     code, out, _ = run_cli(capsys, db_url, "status", str(run_id))
     assert code == 0
     assert "status:  started (waiting for a signal: approval)\n" in out

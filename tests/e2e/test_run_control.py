@@ -1,13 +1,17 @@
 """Run control with worker processes: cancelling a run stops its running handlers at once (an
 async one at its next await, a sync one told through ctx.cancelled and abandoned), sends
-nothing for them, and leaves the worker serving other runs."""
+nothing for them, and leaves the worker serving other runs. A forged cancellation (any role may
+NOTIFY) stops nothing: the worker asks the engine first (engine 0020)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+from pgflow_gen import naming
 from tests.e2e.harness import Db, Workers, eventually
+from tests.roles import Logins
 
 STOP_WITHIN_S = 2.0
 
@@ -58,6 +62,40 @@ def test_cancelling_a_run_stops_its_60_s_handlers_within_2_s(
     # The worker goes on with other runs (the abandoned thread returned its slot).
     quick = db.start("e2eControl", {"seconds": 0.1, "marks": str(tmp_path)})
     assert db.finished(quick)["output"] == {"slowAsync": "done", "slowSync": "done"}
+    assert worker.stop() == 0
+
+
+def test_a_forged_cancellation_from_a_role_without_any_grant_stops_no_handler(
+    workers: Workers, db: Db, logins: Logins, tmp_path: Path
+) -> None:
+    worker = workers.start("e2e_control", "worker").started()
+    run_id = db.start("e2eControl", {"seconds": 3, "marks": str(tmp_path)})
+    eventually(
+        lambda: db.value(
+            "select count(*) = 2 from pgflow.step_tasks where run_id = %s and status = 'started'",
+            run_id,
+        ),
+        "both handlers to start",
+    )
+    nobody = logins.connect(logins.create_login(f"{logins.prefix}_nobody"))  # no grant at all
+    queue = db.value("select queue_name from pgflow.step_tasks where run_id = %s limit 1", run_id)
+    forged = json.dumps({"event": "run:cancelled", "run_id": str(run_id)})
+    sent = 0
+
+    def forge_until_finished() -> bool:
+        """One forged notification each poll (every POLL_S) while the run is started."""
+        nonlocal sent
+        nobody.execute("select pg_notify(%s, %s)", (naming.pgmq_insert_channel(queue), forged))
+        sent += 1
+        return db.run(run_id)["status"] != "started"
+
+    eventually(forge_until_finished, "the run to finish", deadline=60)
+
+    assert db.run(run_id)["output"] == {"slowAsync": "done", "slowSync": "done"}
+    log = worker.log()
+    assert sent >= 2, sent
+    assert "stopped: the run was cancelled" not in log
+    assert f"ignored a run:cancelled notification for run {run_id}: the engine says" in log
     assert worker.stop() == 0
 
 

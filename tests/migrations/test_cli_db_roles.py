@@ -74,6 +74,26 @@ def test_applying_grants_and_per_step_makes_a_login_per_step(
     assert cli.main([*args, "--database-url", db_url]) == 0  # again: nothing new, no error
 
 
+def test_step_roles_whose_step_is_gone_are_named(
+    engine: Engine, logins: Logins, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine.compile("orders", [{"slug": "charge"}, {"slug": "mail", "deps": ["charge"]}])
+    made = logins.add_step_roles("orders")
+    engine.value("select count(*) from pgflow.delete_flow_and_data('orders')")
+    engine.compile("orders", [{"slug": "charge"}])  # applied again without "mail"
+    mail = made[1].role
+    expected = (
+        f'step role {mail} works on nothing: step "mail" of flow "orders" does not exist'
+        f" (apply the flow again, or drop role {mail})"
+    )
+    base = ["db", "roles", "--prefix", logins.prefix, "--database-url", db_url]
+
+    assert cli.main(base) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"-- {expected}"
+    assert cli.main([*base, "--apply"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"warning: {expected}"
+
+
 def test_migrate_grants_the_recorded_roles_again(
     engine: Engine, logins: Logins, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,11 +294,15 @@ class FakeSession:
     async def listen(self, channel: str) -> None:
         self._call()
 
-    async def notifies(self, timeout: float) -> AsyncIterator[str]:
+    async def notifies(self, timeout: float) -> AsyncGenerator[str]:
         self._call()
         await asyncio.sleep(timeout)  # the fake sends no notifications
         return
         yield
+
+    async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        self._call()
+        return []
 
     async def ping(self) -> None:
         self._call()
