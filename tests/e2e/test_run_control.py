@@ -87,7 +87,7 @@ def test_a_forged_cancellation_from_a_role_without_any_grant_stops_no_handler(
         nonlocal sent
         nobody.execute("select pg_notify(%s, %s)", (naming.pgmq_insert_channel(queue), forged))
         sent += 1
-        return db.run(run_id)["status"] != "started"
+        return bool(db.run(run_id)["status"] != "started")
 
     eventually(forge_until_finished, "the run to finish", deadline=60)
 
