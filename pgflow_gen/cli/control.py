@@ -134,7 +134,7 @@ def _cancel(args: argparse.Namespace) -> int:
         cancelled: list[dict[str, Any]] = []
         for run in chosen:
             try:
-                conn.execute(runtime_queries.CANCEL_RUN, (run["run_id"], args.reason))
+                runs.act(conn, runtime_queries.CANCEL_RUN, (run["run_id"], args.reason))
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc)
                 if not isinstance(error, client_module.RunFinishedError):
@@ -234,7 +234,7 @@ def _retry(args: argparse.Namespace) -> int:
             chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
         for run in chosen:
             try:
-                row = conn.execute(cli_queries.RETRY_RUN, (run["run_id"],)).fetchone()
+                row = runs.act(conn, cli_queries.RETRY_RUN, (run["run_id"],)).fetchone()
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
                 if not isinstance(
@@ -285,8 +285,8 @@ def _pause(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         try:
-            pause = conn.execute(
-                runtime_queries.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
+            pause = runs.act(
+                conn, runtime_queries.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
@@ -305,8 +305,8 @@ def _resume(args: argparse.Namespace) -> int:
         require_step(conn, args.flow_slug, args.step_slug)
         was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
         try:
-            row = conn.execute(
-                runtime_queries.RESUME_STEP, (args.flow_slug, args.step_slug)
+            row = runs.act(
+                conn, runtime_queries.RESUME_STEP, (args.flow_slug, args.step_slug)
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc

@@ -68,6 +68,13 @@ def register(commands: cli_parser.Commands) -> None:
 def _listen_arguments(command: argparse.ArgumentParser, port: int) -> None:
     command.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     command.add_argument("--port", type=int, default=port, help="the port to listen on")
+    command.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="trust X-Forwarded-For and X-Forwarded-Proto from these proxies (comma-separated"
+        " addresses or networks, as uvicorn takes them); by default no forwarded header is"
+        " trusted, so the recorded client address is the peer's",
+    )
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -85,7 +92,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     app = modules.app.create_app(url, access=access)
     mode = "actions allowed" if args.allow_actions else "read-only"
     guard = "the token needed" if token else "no token: loopback only"
-    _serve(app, args.host, args.port, f"dashboard ({mode}, {guard})")
+    _serve(app, args, f"dashboard ({mode}, {guard})")
     return EXIT_OK
 
 
@@ -98,7 +105,7 @@ def _metrics(args: argparse.Namespace) -> int:
     _check_exposure(args.host, token, "the metrics")
     _check_database(args)
     app = modules.app.create_app(url, access=modules.access.Access(token=token))
-    _serve(app, args.host, args.port, "metrics at /metrics", path="/metrics")
+    _serve(app, args, "metrics at /metrics", path="/metrics")
     return EXIT_OK
 
 
@@ -163,14 +170,15 @@ def _check_database(args: argparse.Namespace) -> None:
         row = conn.execute(cli_queries.HAS_OPERATOR_ACTIONS).fetchone()
     if not row or not row["present"]:
         raise errors.ConfigError(
-            "The database's pgflow engine is older than the dashboard (it needs engine 0016).",
+            "The database's pgflow engine is older than the dashboard (it needs engine 0020).",
             hint="Run `pgflow-gen db migrate` against this database first.",
         )
 
 
-def _serve(app: Starlette, host: str, port: int, what: str, path: str = "/") -> None:
+def _serve(app: Starlette, args: argparse.Namespace, what: str, path: str = "/") -> None:
     import uvicorn
 
+    host, port = args.host, args.port
     # Bind first: a port in use is one line here, not uvicorn's log and exit.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -188,7 +196,17 @@ def _serve(app: Starlette, host: str, port: int, what: str, path: str = "/") -> 
     print(f"{what}: http://{shown}:{sock.getsockname()[1]}{path} (Ctrl-C stops it)", flush=True)
     # Actions, sign-ins and database trouble are logged (the dashboard's logger); requests not.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    # Forwarded headers only from the proxies named (uvicorn trusts loopback's by default, so a
+    # local request could record any address it liked).
+    proxies = args.forwarded_allow_ips
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        proxy_headers=proxies is not None,
+        forwarded_allow_ips=proxies or "",
+    )
     server = uvicorn.Server(config)
     with sock:
         asyncio.run(server.serve(sockets=[sock]))

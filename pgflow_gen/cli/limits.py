@@ -115,8 +115,8 @@ def _limits(args: argparse.Namespace) -> int:
         before = runs.step_limits(conn).get((args.flow_slug, args.step_slug))
         wanted = _merged(args, before)
         try:
-            row = conn.execute(
-                cli_queries.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
+            row = runs.act(
+                conn, cli_queries.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
             ).fetchone()
         except psycopg.errors.UndefinedFunction:
             raise UsageError(

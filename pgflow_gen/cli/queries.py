@@ -18,9 +18,10 @@ PGMQ_VERSION: Final[LiteralString] = (
     " (select obj_description(oid, 'pg_namespace') from pg_namespace where nspname = 'pgmq'),"
     " (select 'SQL install' from pg_namespace where nspname = 'pgmq'))"
 )
-#: () -> whether the engine records operators' actions ("present"; engine 0016, the dashboard's).
+#: () -> whether the engine records operators' actions itself ("present"; engine 0020, which
+#: the dashboard needs).
 HAS_OPERATOR_ACTIONS: Final[LiteralString] = (
-    "select to_regclass('pgflow.operator_actions') is not null as present"
+    "select to_regproc('pgflow._record_action') is not null as present"
 )
 #: The OID of ensure_flow_compiled (NULL without the engine): may flow migrations run here?
 HAS_ENGINE: Final[LiteralString] = "select to_regproc('pgflow.ensure_flow_compiled')"

@@ -8,8 +8,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import getpass
 import json
+import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -30,6 +33,7 @@ from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
+from pgflow_gen.runtime import queries as runtime_queries
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
@@ -208,6 +212,25 @@ def _pause_cell(pause: dict[str, Any] | None) -> str | None:
 def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
     url = project.database_url(args.database_url)
     return psycopg.connect(url, autocommit=True, row_factory=dict_row)
+
+
+def act(
+    conn: psycopg.Connection[dict[str, Any]], query: Any, params: tuple[Any, ...]
+) -> psycopg.Cursor[dict[str, Any]]:
+    """An operator's action: one engine call in its own transaction, which the engine records
+    in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
+    label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
+    with conn.transaction():
+        conn.execute(runtime_queries.SET_ACTION_LABEL, (_operator_label(),))
+        return conn.execute(query, params)
+
+
+def _operator_label() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment nor the password database
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"pgflow-gen ({user}@{socket.gethostname()})"
 
 
 def _start(args: argparse.Namespace) -> int:

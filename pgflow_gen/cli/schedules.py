@@ -61,7 +61,7 @@ def _schedules(args: argparse.Namespace) -> int:
         runs.require_flow(conn, args.flow_slug)
         _require_schedule(conn, args.flow_slug, args.name)
         try:
-            row = conn.execute(query, (args.flow_slug, args.name)).fetchone()
+            row = runs.act(conn, query, (args.flow_slug, args.name)).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
     assert row is not None

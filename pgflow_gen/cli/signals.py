@@ -55,8 +55,8 @@ def _signal(args: argparse.Namespace) -> int:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         _require_signal_step(conn, run["flow_slug"], args.step_slug)
         try:
-            sent = conn.execute(
-                runtime_queries.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
+            sent = runs.act(
+                conn, runtime_queries.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
             ).fetchone()
         except psycopg.Error as exc:
             error = client_module.signal_error(exc)

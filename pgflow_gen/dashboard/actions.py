@@ -1,14 +1,14 @@
 """The dashboard's actions (POST): cancel or retry a run, send a signal, pause or resume a step.
 Only with actions allowed and a token, with the form's CSRF value; each goes through the
-engine's own function and is recorded in `pgflow.operator_actions` in the same transaction
-(refused: nothing is recorded), logged, and answered with a redirect to the page it came from,
-saying what happened or why the engine refused."""
+engine's own function, which records it in `pgflow.operator_actions` (engine 0020: the
+dashboard's login role as the actor, and the dashboard's label with the client's address beside
+it; refused: nothing is recorded), logged, and answered with a redirect to the page it came
+from, saying what happened or why the engine refused."""
 
 from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -37,10 +37,8 @@ async def cancel(request: Request) -> Response:
     reason = str(form.get("reason") or "").strip() or None
 
     async def act(conn: Connection) -> str:
-        row = await _one(conn, q.RUN_FLOW, run_id)
+        await _one(conn, q.RUN_FLOW, run_id)
         await conn.execute(runtime_queries.CANCEL_RUN, (run_id, reason))
-        await _record(conn, request, "cancel", row["flow_slug"], run_id, None,
-                      {"reason": reason} if reason else None)  # fmt: skip
         return f"Cancelled run {run_id}."
 
     return await _perform(request, f"/runs/{run_id}", act)
@@ -51,9 +49,8 @@ async def retry(request: Request) -> Response:
     await _checked_form(request)
 
     async def act(conn: Connection) -> str:
-        row = await _one(conn, q.RUN_FLOW, run_id)
+        await _one(conn, q.RUN_FLOW, run_id)
         await conn.execute(runtime_queries.RETRY_RUN, (run_id,))
-        await _record(conn, request, "retry", row["flow_slug"], run_id, None, None)
         return f"Retried run {run_id} from where it failed."
 
     return await _perform(request, f"/runs/{run_id}", act, refused=client_module.RunNotFailedError)
@@ -70,10 +67,8 @@ async def signal(request: Request) -> Response:
         return _back(back, error=f"The payload is not JSON: {exc}.")
 
     async def act(conn: Connection) -> str:
-        row = await _one(conn, q.RUN_FLOW, run_id)
+        await _one(conn, q.RUN_FLOW, run_id)
         await conn.execute(runtime_queries.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload)))
-        await _record(conn, request, "signal", row["flow_slug"], run_id, step_slug,
-                      {"payload": payload})  # fmt: skip
         return f"Sent the signal of step {step_slug}."
 
     return await _perform(request, back, act, classify=client_module.signal_error)
@@ -86,8 +81,6 @@ async def pause(request: Request) -> Response:
 
     async def act(conn: Connection) -> str:
         await conn.execute(runtime_queries.PAUSE_STEP, (flow_slug, step_slug, reason))
-        await _record(conn, request, "pause", flow_slug, None, step_slug,
-                      {"reason": reason} if reason else None)  # fmt: skip
         return f"Paused step {step_slug} of {flow_slug}: none of its tasks starts until resumed."
 
     return await _perform(request, _came_from(request, "/queues"), act)
@@ -99,7 +92,6 @@ async def resume(request: Request) -> Response:
 
     async def act(conn: Connection) -> str:
         row = await _one(conn, runtime_queries.RESUME_STEP, flow_slug, step_slug)
-        await _record(conn, request, "resume", flow_slug, None, step_slug, None)
         return (
             f"Resumed step {step_slug} of {flow_slug}: {row['resume_step']} held task(s) can start."
         )
@@ -128,6 +120,7 @@ async def _perform(
     """Run the action in one transaction; log it; redirect back with its outcome."""
     try:
         async with request.app.state.pool.connection() as conn, conn.transaction():
+            await conn.execute(runtime_queries.SET_ACTION_LABEL, (_actor(request),))
             said = await act(conn)
     except psycopg.Error as exc:
         if sqlstate.classify(None, exc) in (sqlstate.Kind.LOST, sqlstate.Kind.TRANSIENT):
@@ -146,23 +139,9 @@ async def _one(conn: Connection, query: Any, *params: Any) -> dict[str, Any]:
     return dict(row)
 
 
-async def _record(
-    conn: Connection,
-    request: Request,
-    action: str,
-    flow_slug: str,
-    run_id: uuid.UUID | None,
-    step_slug: str | None,
-    detail: dict[str, Any] | None,
-) -> None:
-    await conn.execute(
-        q.RECORD_ACTION,
-        (action, _actor(request), run_id, flow_slug, step_slug,
-         None if detail is None else Jsonb(detail)),
-    )  # fmt: skip
-
-
 def _actor(request: Request) -> str:
+    """The dashboard and the client's address: the label the engine records beside the login
+    role (the address is the peer's, or a forwarded one only behind --forwarded-allow-ips)."""
     client = request.client
     return f"dashboard ({client.host})" if client else "dashboard"
 

@@ -407,6 +407,8 @@ def timeline(
         events.append(Event(signal["received_at"], "signal received", signal["step_slug"]))
     for action in actions:
         detail = f"by {action['actor']}"
+        if action.get("label"):
+            detail += f" ({action['label']})"
         if action["detail"]:
             detail += f": {action['detail']}"
         events.append(Event(action["acted_at"], f"{action['action']} (operator)",

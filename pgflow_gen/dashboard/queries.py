@@ -231,9 +231,10 @@ RUN_SIGNALS: Final[LiteralString] = (
     "select step_slug, received_at, used_at from pgflow.signals where run_id = %s"
     " order by received_at"
 )
-#: (run id) -> the operators' actions on the run (engine 0016), oldest first.
+#: (run id) -> the operators' actions on the run (engine 0016; `label`, the caller's own word
+#: beside the login role, engine 0020), oldest first.
 RUN_ACTIONS: Final[LiteralString] = (
-    "select action, actor, step_slug, detail, acted_at from pgflow.operator_actions"
+    "select action, actor, label, step_slug, detail, acted_at from pgflow.operator_actions"
     " where run_id = %s order by acted_at, action_id"
 )
 #: (flow slug) -> its paused steps.
@@ -244,11 +245,6 @@ FLOW_PAUSES: Final[LiteralString] = (
 # -- actions -------------------------------------------------------------------------------------
 #: (run id) -> the run's flow (an action records it).
 RUN_FLOW: Final[LiteralString] = "select flow_slug from pgflow.runs where run_id = %s"
-#: (action, actor, run id, flow slug, step slug, detail) -> record an operator's action (0016).
-RECORD_ACTION: Final[LiteralString] = (
-    "insert into pgflow.operator_actions (action, actor, run_id, flow_slug, step_slug, detail)"
-    " values (%s, %s, %s, %s, %s, %s)"
-)
 
 # -- engine metrics ------------------------------------------------------------------------------
 #: () -> runs by flow and status (every run the tables hold: pruning bounds them).

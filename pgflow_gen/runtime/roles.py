@@ -235,8 +235,9 @@ def group_statements(conn: psycopg.Connection[Any], names: RoleNames) -> list[sq
     for kind in KINDS:
         if kind == "client":
             out.append(_comment("client: starts, cancels, retries and signals runs; reads them"))
+            # Engine 0020 records operator actions itself: no role writes the audit trail.
             out.append(
-                sql.SQL("grant insert on pgflow.operator_actions to {};").format(role["client"])
+                sql.SQL("revoke insert on pgflow.operator_actions from {};").format(role["client"])
             )
         elif kind == "worker":
             out.append(_comment("worker: claims and reports tasks through functions; no table"))

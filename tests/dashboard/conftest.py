@@ -50,12 +50,20 @@ class Dashboard:
             headers["cookie"] = cookie
         return self._send(urllib.request.Request(self.url + path, headers=headers))
 
-    def post(self, path: str, form: dict[str, str], *, cookie: str | None = None) -> Response:
+    def post(
+        self,
+        path: str,
+        form: dict[str, str],
+        *,
+        cookie: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
         body = urllib.parse.urlencode(form).encode()
-        headers = {"content-type": "application/x-www-form-urlencoded", "accept": "text/html"}
+        sent = {"content-type": "application/x-www-form-urlencoded", "accept": "text/html"}
+        sent.update(headers or {})
         if cookie:
-            headers["cookie"] = cookie
-        return self._send(urllib.request.Request(self.url + path, data=body, headers=headers))
+            sent["cookie"] = cookie
+        return self._send(urllib.request.Request(self.url + path, data=body, headers=sent))
 
     @staticmethod
     def _send(request: urllib.request.Request) -> Response:

@@ -87,16 +87,26 @@ def test_retry_a_failed_run_and_it_is_recorded(operator: Dashboard, db: Db) -> N
     cookie = sign_in(operator)
     token = csrf(operator, f"/runs/{run_id}", cookie)
 
-    reply = operator.post(f"/runs/{run_id}/retry", {"csrf": token}, cookie=cookie)
+    # A forwarded address from loopback is not trusted without --forwarded-allow-ips.
+    reply = operator.post(
+        f"/runs/{run_id}/retry",
+        {"csrf": token},
+        cookie=cookie,
+        headers={"x-forwarded-for": "203.0.113.9"},
+    )
 
     assert reply.status == 303
     assert reply.headers["location"].startswith(f"/runs/{run_id}?done=")
     assert outcome(reply.headers["location"]) == f"Retried run {run_id} from where it failed."
     assert db.run(run_id)["status"] == "started"
-    [action] = db.all("select action, actor, run_id, flow_slug from pgflow.operator_actions")
+    # The engine recorded it (engine 0020): the dashboard's login role acted, its label beside.
+    [action] = db.all(
+        "select action, actor, label, run_id, flow_slug, acted_at <= now() as now"
+        " from pgflow.operator_actions"
+    )
     assert action == {
-        "action": "retry", "actor": "dashboard (127.0.0.1)", "run_id": run_id,
-        "flow_slug": SHOWCASE,
+        "action": "retry", "actor": db.value("select current_user"),
+        "label": "dashboard (127.0.0.1)", "run_id": run_id, "flow_slug": SHOWCASE, "now": True,
     }  # fmt: skip
 
 

@@ -182,8 +182,11 @@ def test_with_a_token_an_operator_signs_in_and_cancels_a_run(
     expect(page.locator(".timeline")).to_contain_text("duplicate order")
     shots(page, "cancelled")
 
-    [action] = db.all("select action, actor, detail from pgflow.operator_actions")
+    [action] = db.all("select action, actor, label, detail from pgflow.operator_actions")
     assert action["action"] == "cancel"
-    assert action["actor"] == "dashboard (127.0.0.1)"
+    assert (action["actor"], action["label"]) == (
+        db.value("select current_user"),
+        "dashboard (127.0.0.1)",
+    )
     assert action["detail"] == {"reason": "duplicate order"}
     assert "Cancelled run" in dashboard.log()  # and the dashboard logged it

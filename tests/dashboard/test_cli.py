@@ -61,7 +61,7 @@ def test_a_database_without_the_engine_says_to_migrate(
     code, out, err = run_cli(capsys, "dashboard", "--database-url", empty_db_url)
     assert (code, out) == (1, "")
     assert err.splitlines() == [
-        "error: The database's pgflow engine is older than the dashboard (it needs engine 0016).",
+        "error: The database's pgflow engine is older than the dashboard (it needs engine 0020).",
         "HINT: Run `pgflow-gen db migrate` against this database first.",
     ]
 

@@ -120,6 +120,18 @@ def test_a_client_starts_and_reads_runs_but_cannot_claim(engine: Engine, logins:
     refused(client, "delete from pgflow.runs")
     client.execute("select run_id from pgflow.cancel_run(%s, 'no longer needed')", (row[0],))
     assert engine.run(row[0])["status"] == "cancelled"
+    # The audit trail is the engine's to write (engine 0020): the cancel is in it, as the client.
+    refused(
+        client,
+        "insert into pgflow.operator_actions (action, actor, flow_slug, acted_at)"
+        " values ('cancel', 'someone else', 'chain', '2001-01-01')",
+    )
+    [action] = engine.all("select action, actor, detail from pgflow.operator_actions")
+    assert action == {
+        "action": "cancel",
+        "actor": logins.login_role("client"),
+        "detail": {"reason": "no longer needed"},
+    }
 
 
 def test_a_reader_reads_everything_and_writes_nothing(engine: Engine, logins: Logins) -> None:

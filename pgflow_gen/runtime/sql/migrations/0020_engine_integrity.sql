@@ -28,6 +28,9 @@ alter table pgflow.workers add column registered_by text;
 -- as a plain worker.
 alter table pgflow.step_roles drop constraint step_roles_flow_slug_step_slug_fkey;
 
+-- The caller's own label beside the login role that acted (see 0066_table_operator_actions.sql).
+alter table pgflow.operator_actions add column label text;
+
 -- The pgflow.step_roles rows that bind this session (engine 0020): those of the step roles its
 -- login role (session_user, which security definer functions and SET ROLE leave as it is) is or
 -- belongs to, directly or through other roles (pg_has_role MEMBER, so a role made `in role` a step
@@ -239,6 +242,24 @@ begin
   perform pgmq.archive(v_task.queue_name, v_task.message_id);
   return v_task;
 end;
+$$;
+
+-- Records an operator's action in pgflow.operator_actions (engine 0020), from inside the action's
+-- own function and transaction: the login role (session_user) as the actor, the server's clock,
+-- and the caller's own label (the setting pgflow.action_label, at most 200 characters; null when
+-- unset) apart. Called by cancel_run, retry_run, send_signal, pause_step, resume_step,
+-- set_step_limits, pause_schedule and resume_schedule.
+create function pgflow._record_action(
+  action text, flow_slug text, run_id uuid, step_slug text, detail jsonb
+)
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  insert into pgflow.operator_actions (action, actor, run_id, flow_slug, step_slug, detail, acted_at, label)
+  values (action, session_user, run_id, flow_slug, step_slug, detail, clock_timestamp(),
+    left(nullif(current_setting('pgflow.action_label', true), ''), 200))
 $$;
 
 -- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
@@ -1266,6 +1287,7 @@ begin
   set status = 'started', failed_at = null, retry_count = r.retry_count + 1, retried_at = clock_timestamp()
   where r.run_id = retry_run.run_id;
   perform pgflow._emit_event(run_id, 'run:retried', null, 'started');
+  perform pgflow._record_action('retry', v_run.flow_slug, run_id, null, null);
   -- Steps ready but never started when the run failed, and the ones made ready above.
   perform pgflow._advance_run(run_id);
 
@@ -1438,6 +1460,355 @@ begin
 end;
 $$;
 
+-- Cancels a started run: the run becomes cancelled (with cancelled_at and the reason), every
+-- step that had not finished becomes cancelled, and so does every queued or started task, whose
+-- message is archived. Late callbacks of its tasks change nothing (their task is no longer
+-- started), and no step of it starts again. One event, run:cancelled; and the queues of the
+-- tasks that were running are told (their workers listen there), so the handlers stop.
+-- A run that is not started raises (object_not_in_prerequisite_state) and changes nothing.
+-- Locks the run, its step states and its tasks, in that order, as every callback does.
+create or replace function pgflow.cancel_run(run_id uuid, reason text default null)
+returns pgflow.runs
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_run pgflow.runs;
+  v_queues text[];
+  v_messages bigint[];
+  v_running text[];
+  v_queue text;
+begin
+  select * into v_run from pgflow.runs as r where r.run_id = cancel_run.run_id for update;
+  if not found then
+    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+  end if;
+  if v_run.status <> 'started' then
+    raise exception 'Run % is % already; only a started run can be cancelled.', run_id, v_run.status
+      using errcode = '55000', hint = 'Nothing was changed.';
+  end if;
+
+  perform 1 from pgflow.step_states as ss
+  where ss.run_id = cancel_run.run_id and ss.status in ('created', 'started')
+  order by ss.step_slug
+  for update;
+  update pgflow.step_states as ss set status = 'cancelled', remaining_tasks = null
+  where ss.run_id = cancel_run.run_id and ss.status in ('created', 'started');
+
+  with locked as (
+    select t.step_slug, t.task_index, t.status
+    from pgflow.step_tasks as t
+    where t.run_id = cancel_run.run_id and t.status in ('queued', 'started')
+    order by t.step_slug, t.task_index
+    for update
+  ),
+  cancelled as (
+    update pgflow.step_tasks as t set status = 'cancelled'
+    from locked
+    where t.run_id = cancel_run.run_id and t.step_slug = locked.step_slug
+      and t.task_index = locked.task_index and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id, locked.status as was
+  )
+  select array_agg(c.queue_name), array_agg(c.message_id),
+    array_agg(distinct c.queue_name) filter (where c.was = 'started')
+  into v_queues, v_messages, v_running
+  from cancelled as c;
+  perform pgflow._archive_task_messages(v_queues, v_messages);
+
+  update pgflow.runs as r
+  set status = 'cancelled', cancelled_at = clock_timestamp(), cancel_reason = cancel_run.reason
+  where r.run_id = cancel_run.run_id
+  returning * into v_run;
+
+  perform pgflow._emit_event(run_id, 'run:cancelled', null, 'cancelled');
+  perform pgflow._record_action('cancel', v_run.flow_slug, run_id, null,
+    case when reason is not null then jsonb_build_object('reason', reason) end);
+  -- Workers listen on their queue's insert channel; a payload tells this apart from an insert.
+  foreach v_queue in array coalesce(v_running, '{}') loop
+    perform pg_notify(
+      'pgmq.' || pgflow.pgmq_table_name(v_queue) || '.INSERT',
+      json_build_object('event', 'run:cancelled', 'run_id', run_id)::text
+    );
+  end loop;
+  return v_run;
+end;
+$$;
+
+-- Delivers a signal to a signal step of a started run: the payload, checked against the step's
+-- payload schema, becomes the step's output. A waiting step completes at once and the run moves
+-- on; a step that is not ready yet keeps the signal until it is. Returns the signal's row (used_at
+-- set when its step took it now, null while it waits for its step); one event, signal:received.
+-- Refused, changing nothing: an unknown run or step (P0002), a step that is not a signal step or
+-- a payload that does not match (22023), a run that is not started, a step that finished or
+-- whose wait ran out (55000), a second signal for the step (23505).
+-- Locks the run, then the step state, as every callback does.
+create or replace function pgflow.send_signal(run_id uuid, step_slug text, payload jsonb)
+returns pgflow.signals
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_run pgflow.runs;
+  v_step pgflow.steps;
+  v_state pgflow.step_states;
+  v_signal pgflow.signals;
+  v_signal_steps text;
+  v_problem text;
+begin
+  select * into v_run from pgflow.runs as r where r.run_id = send_signal.run_id for update;
+  if not found then
+    raise exception 'Run % does not exist.', run_id using errcode = 'P0002';
+  end if;
+  select string_agg(format('"%s"', s.step_slug), ', ' order by s.step_index) into v_signal_steps
+  from pgflow.steps as s where s.flow_slug = v_run.flow_slug and s.step_type = 'signal';
+  select * into v_step from pgflow.steps as s
+  where s.flow_slug = v_run.flow_slug and s.step_slug = send_signal.step_slug;
+  v_signal_steps := case when v_signal_steps is null then 'The flow has no signal step.'
+    else format('Its signal steps: %s (slugs are case-sensitive).', v_signal_steps) end;
+  if not found then
+    raise exception 'Flow "%" of run % has no signal step "%".', v_run.flow_slug, run_id, step_slug
+      using errcode = 'P0002', hint = v_signal_steps;
+  end if;
+  if v_step.step_type <> 'signal' then
+    raise exception 'Flow "%" of run % has no signal step "%".', v_run.flow_slug, run_id, step_slug
+      using errcode = '22023', hint = v_signal_steps,
+        detail = format('"%s" is a %s step: its tasks report its output.', step_slug, v_step.step_type);
+  end if;
+  if payload is null then
+    raise exception 'The payload of a signal must not be SQL NULL.' using errcode = '22004',
+      hint = 'Pass a JSON value; ''null''::jsonb is one.';
+  end if;
+  v_problem := pgflow.schema_violation(payload, v_step.payload_schema);
+  if v_problem is not null then
+    raise exception 'The payload does not match the schema of signal step "%" of flow "%".', step_slug, v_run.flow_slug
+      using errcode = '22023', detail = v_problem, hint = 'Nothing was changed: send a payload that matches.';
+  end if;
+  if v_run.status <> 'started' then
+    raise exception 'Run % is %, so it takes no signal.', run_id, v_run.status
+      using errcode = '55000',
+        hint = case when v_run.status = 'failed'
+          then 'Nothing was changed. Retry the run (pgflow.retry_run), then send the signal.'
+          else 'Nothing was changed.' end;
+  end if;
+
+  select * into v_signal from pgflow.signals as sg
+  where sg.run_id = send_signal.run_id and sg.step_slug = send_signal.step_slug;
+  if found then
+    raise exception 'Step "%" of run % has its signal already (received at %).', step_slug, run_id,
+      date_trunc('second', v_signal.received_at)
+      using errcode = '23505', hint = 'A signal step takes one signal. Nothing was changed.';
+  end if;
+  select * into v_state from pgflow.step_states as ss
+  where ss.run_id = send_signal.run_id and ss.step_slug = send_signal.step_slug
+  for update;
+  if v_state.status not in ('created', 'started') then
+    raise exception 'Step "%" of run % is % already, so it takes no signal.', step_slug, run_id, v_state.status
+      using errcode = '55000',
+        detail = nullif(concat_ws(': ', v_state.skip_reason, v_state.error_message), ''),
+        hint = 'Nothing was changed.';
+  end if;
+  -- GUARD: a wait that ran out takes no signal, even before a sweep has ended it.
+  if v_state.status = 'started' and v_step.opt_timeout is not null
+    and v_state.started_at + make_interval(secs => v_step.opt_timeout) <= clock_timestamp() then
+    raise exception 'Step "%" of run % stopped waiting for its signal at %.', step_slug, run_id,
+      date_trunc('second', v_state.started_at + make_interval(secs => v_step.opt_timeout))
+      using errcode = '55000',
+        detail = format('It waits %s s for its signal; the next stall-recovery sweep %s it.', v_step.opt_timeout,
+          case when v_step.when_exhausted = 'fail' then 'fails' else 'skips' end),
+        hint = 'Nothing was changed.';
+  end if;
+
+  insert into pgflow.signals (run_id, step_slug, payload, used_at)
+  values (send_signal.run_id, send_signal.step_slug, send_signal.payload,
+    case when v_state.status = 'started' then clock_timestamp() end)
+  returning * into v_signal;
+  perform pgflow._emit_event(run_id, 'signal:received', step_slug,
+    case when v_state.status = 'started' then 'completed' else 'created' end);
+  perform pgflow._record_action('signal', v_run.flow_slug, run_id, step_slug,
+    jsonb_build_object('payload', payload));
+  if v_state.status = 'started' then
+    perform pgflow._complete_step(run_id, step_slug, payload);
+    perform pgflow._advance_run(run_id);
+  end if;
+  return v_signal;
+end;
+$$;
+
+-- Pauses a step of a flow: from now on no task of it starts, in any run and in either queue mode
+-- (claims hold its messages, which use no attempt); tasks already started finish; the other steps
+-- go on. Pausing a paused step keeps its paused_at and takes the new reason. Returns the pause.
+-- A signal step runs no task and cannot be paused (engine 0011).
+create or replace function pgflow.pause_step(flow_slug text, step_slug text, reason text default null)
+returns pgflow.step_pauses
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_pause pgflow.step_pauses;
+begin
+  perform pgflow._require_step(flow_slug, step_slug);
+  if exists (
+    select 1 from pgflow.steps as s
+    where s.flow_slug = pause_step.flow_slug and s.step_slug = pause_step.step_slug and s.step_type = 'signal'
+  ) then
+    raise exception 'Step "%" of flow "%" is a signal step: it runs no task, so there is nothing to pause.',
+      step_slug, flow_slug
+      using errcode = '22023', hint = 'Pause the steps that depend on it instead.';
+  end if;
+  insert into pgflow.step_pauses (flow_slug, step_slug, reason)
+  values (pause_step.flow_slug, pause_step.step_slug, pause_step.reason)
+  on conflict on constraint step_pauses_pkey do update set reason = excluded.reason
+  returning * into v_pause;
+  perform pgflow._record_action('pause', flow_slug, null, step_slug,
+    case when reason is not null then jsonb_build_object('reason', reason) end);
+  return v_pause;
+end;
+$$;
+
+-- Resumes a paused step: its held messages are visible again at once (those waiting for a
+-- retry's delay keep waiting) and its queues' workers are woken, so its tasks start now. Resuming a step that
+-- is not paused changes nothing. Returns how many messages were shown again.
+-- Locks the held messages' task rows before their PGMQ rows, as every claim does.
+create or replace function pgflow.resume_step(flow_slug text, step_slug text)
+returns int
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_queue text;
+  v_messages bigint[];
+  v_count int;
+  v_shown int := 0;
+begin
+  perform pgflow._require_step(flow_slug, step_slug);
+  for v_queue, v_messages in
+    with locked as (
+      select t.queue_name, t.message_id
+      from pgflow.held_messages as m
+      join pgflow.step_tasks as t on t.queue_name = m.queue_name and t.message_id = m.message_id
+      where m.flow_slug = resume_step.flow_slug and m.step_slug = resume_step.step_slug
+        and t.status = 'queued'
+      order by t.run_id, t.step_slug, t.task_index
+      for update of t
+    )
+    select l.queue_name, array_agg(l.message_id order by l.message_id)
+    from locked as l
+    group by l.queue_name
+  loop
+    select count(*) into v_count
+    from pgflow._set_vt_batch(v_queue, v_messages, array_fill(0, array[cardinality(v_messages)]));
+    v_shown := v_shown + v_count;
+    -- Wake the queue's workers as an insert would, rather than leave it to their next poll.
+    perform pg_notify('pgmq.' || pgflow.pgmq_table_name(v_queue) || '.INSERT', '');
+  end loop;
+  delete from pgflow.step_pauses as p
+  where p.flow_slug = resume_step.flow_slug and p.step_slug = resume_step.step_slug;
+  perform pgflow._record_action('resume', flow_slug, null, step_slug, null);
+  return v_shown;
+end;
+$$;
+
+-- Sets a step's limits, live, for every worker (engine 0017): at most max_in_flight of its tasks
+-- started at once, and at most rate_limit task starts in any rate_period_s seconds (each attempt
+-- and each map element counts). Null clears a limit; all null clears the step's limits. Messages
+-- beyond a limit are not started, use no attempt, and are read again once there is room. A limit
+-- set here stays until changed here, unless the flow's spec limits this step itself (applying its
+-- migration sets the spec's). Returns the limits; null when cleared. A signal step runs no task and
+-- takes no limit.
+create or replace function pgflow.set_step_limits(
+  flow_slug text,
+  step_slug text,
+  max_in_flight int default null,
+  rate_limit int default null,
+  rate_period_s int default null
+)
+returns pgflow.step_limits
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_limits pgflow.step_limits;
+begin
+  perform pgflow._require_step(flow_slug, step_slug);
+  if exists (
+    select 1 from pgflow.steps as s
+    where s.flow_slug = set_step_limits.flow_slug and s.step_slug = set_step_limits.step_slug
+      and s.step_type = 'signal'
+  ) then
+    raise exception 'Step "%" of flow "%" is a signal step: it runs no task, so there is nothing to limit.',
+      step_slug, flow_slug
+      using errcode = '22023', hint = 'Limit the steps that depend on it instead.';
+  end if;
+  v_limits := pgflow._put_step_limits(flow_slug, step_slug, max_in_flight, rate_limit, rate_period_s, 'operator');
+  perform pgflow._record_action('limits', flow_slug, null, step_slug, jsonb_build_object(
+    'max_in_flight', max_in_flight, 'rate_limit', rate_limit, 'rate_period_s', rate_period_s));
+  return v_limits;
+end;
+$$;
+
+-- Pauses a schedule (engine 0017): it starts no run until resumed; pausing a paused one keeps
+-- its paused_at. Returns the schedule.
+create or replace function pgflow.pause_schedule(flow_slug text, schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+begin
+  update pgflow.schedules as s set paused_at = coalesce(s.paused_at, now())
+  where s.flow_slug = pause_schedule.flow_slug and s.schedule_name = pause_schedule.schedule_name
+  returning s.* into v_schedule;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  perform pgflow._record_action('pause_schedule', flow_slug, null, null,
+    jsonb_build_object('schedule', schedule_name));
+  return v_schedule;
+end;
+$$;
+
+-- Resumes a paused schedule (engine 0017): the slots of the pause are passed over, whatever its
+-- catch-up, so its next slot after now starts the next run. Returns the schedule.
+create or replace function pgflow.resume_schedule(flow_slug text, schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+begin
+  update pgflow.schedules as s
+  set last_slot_at = case when s.paused_at is null then s.last_slot_at
+      else greatest(s.last_slot_at, now()) end,
+    paused_at = null
+  where s.flow_slug = resume_schedule.flow_slug and s.schedule_name = resume_schedule.schedule_name
+  returning s.* into v_schedule;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  perform pgflow._record_action('resume_schedule', flow_slug, null, null,
+    jsonb_build_object('schedule', schedule_name));
+  return v_schedule;
+end;
+$$;
+
 
 -- Tasks engine 0007-0019 parked (requeued 3 times, their message archived, the task left started)
 -- kept their runs started for ever. Each gets a new message and stays started with its requeued
@@ -1469,6 +1840,25 @@ $$;
 -- A caller of engine 0017-0019's start_scheduled_runs could move a schedule's last slot past now
 -- (even to infinity), which stopped it for good: such a slot goes back to now.
 update pgflow.schedules set last_slot_at = now() where last_slot_at > now();
+
+
+-- The engine writes the audit trail itself now (pgflow._record_action): no role but the owner
+-- inserts into it any more (0019 let the client role insert any actor and time).
+do $$
+declare
+  v_grantee text;
+begin
+  for v_grantee in
+    select distinct case when a.grantee = 0 then 'public' else quote_ident(pg_get_userbyid(a.grantee)) end
+    from pg_class as c
+    cross join lateral aclexplode(c.relacl) as a
+    where c.oid = 'pgflow.operator_actions'::regclass and a.privilege_type = 'INSERT'
+      and a.grantee <> c.relowner
+  loop
+    execute format('revoke insert on pgflow.operator_actions from %s', v_grantee);
+  end loop;
+end;
+$$;
 
 
 -- No engine function runs for PUBLIC (engine 0019). The default privileges 0019 set per schema

@@ -61,6 +61,8 @@ begin
   returning * into v_run;
 
   perform pgflow._emit_event(run_id, 'run:cancelled', null, 'cancelled');
+  perform pgflow._record_action('cancel', v_run.flow_slug, run_id, null,
+    case when reason is not null then jsonb_build_object('reason', reason) end);
   -- Workers listen on their queue's insert channel; a payload tells this apart from an insert.
   foreach v_queue in array coalesce(v_running, '{}') loop
     perform pg_notify(

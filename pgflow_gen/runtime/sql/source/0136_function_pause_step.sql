@@ -25,6 +25,8 @@ begin
   values (pause_step.flow_slug, pause_step.step_slug, pause_step.reason)
   on conflict on constraint step_pauses_pkey do update set reason = excluded.reason
   returning * into v_pause;
+  perform pgflow._record_action('pause', flow_slug, null, step_slug,
+    case when reason is not null then jsonb_build_object('reason', reason) end);
   return v_pause;
 end;
 $$;

@@ -38,6 +38,7 @@ begin
   end loop;
   delete from pgflow.step_pauses as p
   where p.flow_slug = resume_step.flow_slug and p.step_slug = resume_step.step_slug;
+  perform pgflow._record_action('resume', flow_slug, null, step_slug, null);
   return v_shown;
 end;
 $$;

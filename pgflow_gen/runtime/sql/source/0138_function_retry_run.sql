@@ -120,6 +120,7 @@ begin
   set status = 'started', failed_at = null, retry_count = r.retry_count + 1, retried_at = clock_timestamp()
   where r.run_id = retry_run.run_id;
   perform pgflow._emit_event(run_id, 'run:retried', null, 'started');
+  perform pgflow._record_action('retry', v_run.flow_slug, run_id, null, null);
   -- Steps ready but never started when the run failed, and the ones made ready above.
   perform pgflow._advance_run(run_id);
 

@@ -90,6 +90,8 @@ begin
   returning * into v_signal;
   perform pgflow._emit_event(run_id, 'signal:received', step_slug,
     case when v_state.status = 'started' then 'completed' else 'created' end);
+  perform pgflow._record_action('signal', v_run.flow_slug, run_id, step_slug,
+    jsonb_build_object('payload', payload));
   if v_state.status = 'started' then
     perform pgflow._complete_step(run_id, step_slug, payload);
     perform pgflow._advance_run(run_id);

@@ -18,6 +18,8 @@ volatile
 security definer
 set search_path = ''
 as $$
+declare
+  v_limits pgflow.step_limits;
 begin
   perform pgflow._require_step(flow_slug, step_slug);
   if exists (
@@ -29,6 +31,9 @@ begin
       step_slug, flow_slug
       using errcode = '22023', hint = 'Limit the steps that depend on it instead.';
   end if;
-  return pgflow._put_step_limits(flow_slug, step_slug, max_in_flight, rate_limit, rate_period_s, 'operator');
+  v_limits := pgflow._put_step_limits(flow_slug, step_slug, max_in_flight, rate_limit, rate_period_s, 'operator');
+  perform pgflow._record_action('limits', flow_slug, null, step_slug, jsonb_build_object(
+    'max_in_flight', max_in_flight, 'rate_limit', rate_limit, 'rate_period_s', rate_period_s));
+  return v_limits;
 end;
 $$;

@@ -20,6 +20,8 @@ begin
     raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
       using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
   end if;
+  perform pgflow._record_action('resume_schedule', flow_slug, null, null,
+    jsonb_build_object('schedule', schedule_name));
   return v_schedule;
 end;
 $$;
