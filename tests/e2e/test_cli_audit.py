@@ -5,12 +5,17 @@ or an admin here) and the CLI's label beside it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.e2e.harness import Db, run_cli
 from tests.roles import Logins
 
-STEPS = [{"slug": "prep"}, {"slug": "gate", "deps": ["prep"], "stepType": "signal"}]
+STEPS: list[dict[str, Any]] = [
+    {"slug": "prep"},
+    {"slug": "gate", "deps": ["prep"], "stepType": "signal"},
+]
 NIGHTLY = {"name": "nightly", "cron": "0 2 * * *", "timezone": "UTC", "input": {},
            "catchUp": "none"}  # fmt: skip
 
