@@ -69,12 +69,25 @@ def _listen_arguments(command: argparse.ArgumentParser, port: int) -> None:
     command.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     command.add_argument("--port", type=int, default=port, help="the port to listen on")
     command.add_argument(
+        "--allowed-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a host name the pages answer to without a token, besides loopback and --host"
+        " (repeatable)",
+    )
+    command.add_argument(
         "--forwarded-allow-ips",
         metavar="ADDRESSES",
         help="trust X-Forwarded-For and X-Forwarded-Proto from these proxies (comma-separated"
         " addresses or networks, as uvicorn takes them); by default no forwarded header is"
         " trusted, so the recorded client address is the peer's",
     )
+
+
+def _hosts(args: argparse.Namespace) -> frozenset[str]:
+    """The names an open dashboard answers to besides loopback: --host and --allowed-host."""
+    return frozenset(name.strip("[]").lower() for name in [args.host, *args.allowed_host])
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -88,7 +101,9 @@ def _dashboard(args: argparse.Namespace) -> int:
     modules = _extra()
     url = project.database_url(args.database_url)
     _check_database(args)
-    access = modules.access.Access(token=token, allow_actions=args.allow_actions)
+    access = modules.access.Access(
+        token=token, allow_actions=args.allow_actions, hosts=_hosts(args)
+    )
     app = modules.app.create_app(url, access=access)
     mode = "actions allowed" if args.allow_actions else "read-only"
     guard = "the token needed" if token else "no token: loopback only"
@@ -104,7 +119,7 @@ def _metrics(args: argparse.Namespace) -> int:
         return asyncio.run(_print_metrics(url, modules))
     _check_exposure(args.host, token, "the metrics")
     _check_database(args)
-    app = modules.app.create_app(url, access=modules.access.Access(token=token))
+    app = modules.app.create_app(url, access=modules.access.Access(token=token, hosts=_hosts(args)))
     _serve(app, args, "metrics at /metrics", path="/metrics")
     return EXIT_OK
 

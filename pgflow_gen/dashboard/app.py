@@ -122,6 +122,13 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
     long the application took for it (`Server-Timing`, shown by a browser's developer tools)."""
     rules: access_module.Access = request.app.state.access
     path = request.url.path
+    if not rules.host_allowed(request):
+        log.warning("refused a request for host %r", request.headers.get("host", ""))
+        return PlainTextResponse(
+            "This dashboard does not answer to that host name (start it with --allowed-host"
+            " NAME to add one).\n",
+            status_code=400,
+        )
     if rules.allows(request) or path.startswith(PUBLIC_PREFIXES):
         started = time.perf_counter()
         response = await call_next(request)

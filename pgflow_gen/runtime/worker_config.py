@@ -58,8 +58,8 @@ class WorkerSettings:
     read_visibility: int = 10
     #: Serve Prometheus metrics at /metrics on this port (None: not served; 0: any free port).
     metrics_port: int | None = None
-    #: The address the metrics are served on.
-    metrics_host: str = "0.0.0.0"
+    #: The address the metrics are served on: loopback unless asked, as the dashboard's rule.
+    metrics_host: str = "127.0.0.1"
     #: Take part in starting the flows' scheduled runs (one worker per database at a time).
     schedules: bool = True
 
@@ -160,7 +160,8 @@ _OPTIONS = (
     ),
     _Option(
         "metrics_host", str, lambda v: bool(v.strip()), "a non-empty address",
-        "the address the metrics are served on (default: 0.0.0.0)",
+        "the address the metrics are served on (default: 127.0.0.1; 0.0.0.0 for a scraper"
+        " on another host)",
     ),
 )  # fmt: skip
 

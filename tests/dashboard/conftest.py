@@ -41,9 +41,17 @@ class Dashboard:
     token: str | None = None
 
     def get(
-        self, path: str, *, html: bool = True, token: str | None = None, cookie: str | None = None
+        self,
+        path: str,
+        *,
+        html: bool = True,
+        token: str | None = None,
+        cookie: str | None = None,
+        host: str | None = None,
     ) -> Response:
         headers = {"accept": "text/html"} if html else {}
+        if host:
+            headers["host"] = host
         if token:
             headers["authorization"] = f"Bearer {token}"
         if cookie:

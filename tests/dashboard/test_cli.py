@@ -179,3 +179,22 @@ def test_metrics_serve_needs_the_token_when_it_has_one(
         proc.wait(timeout=30)
     dashboard = start()  # the dashboard serves the same, open on loopback
     assert "pgflow_route_covered" in dashboard.get("/metrics", html=False).body
+
+
+def test_an_open_dashboard_answers_only_to_loopback_and_its_allowed_hosts(
+    start: Callable[..., Dashboard],
+) -> None:
+    """DNS rebinding: another site's page, its name pointed at 127.0.0.1, asks under its own
+    name and is refused; the names the operator allowed are served."""
+    open_one = start("--allowed-host", "box.internal")
+    port = open_one.url.rsplit(":", 1)[1]
+    refused = open_one.get("/", host=f"evil.example:{port}")
+    assert refused.status == 400
+    assert "does not answer to that host name" in refused.body
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"box.internal:{port}"):
+        assert open_one.get("/", host=host).status == 200, host
+    assert "refused a request for host 'evil.example:" in open_one.log()
+    # With a token the name does not matter: a rebound page has no token.
+    guarded = start(PGFLOW_DASHBOARD_TOKEN=TOKEN)
+    guarded_port = guarded.url.rsplit(":", 1)[1]
+    assert guarded.get("/", token=TOKEN, host=f"evil.example:{guarded_port}").status == 200

@@ -27,9 +27,8 @@ def scrape(worker: WorkerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]
 
 
 def test_a_worker_counts_its_tasks_by_outcome(workers: Workers, db: Db) -> None:
-    worker = workers.start(
-        "e2e_steps", "first", PGFLOW_METRICS_PORT="0", PGFLOW_METRICS_HOST="127.0.0.1"
-    ).started()
+    # No PGFLOW_METRICS_HOST: loopback by default (0.0.0.0 until the integrity release).
+    worker = workers.start("e2e_steps", "first", PGFLOW_METRICS_PORT="0").started()
     worker.wait_for_log("metrics at http://127.0.0.1:")
     done = [db.start("e2eSteps", {"n": n}) for n in range(3)]
     retried = db.start("e2eSteps", {"n": 9, "fail_first": 1})  # fails once, then completes
