@@ -102,7 +102,10 @@ def _dashboard(args: argparse.Namespace) -> int:
     url = project.database_url(args.database_url)
     _check_database(args)
     access = modules.access.Access(
-        token=token, allow_actions=args.allow_actions, hosts=_hosts(args)
+        token=token,
+        allow_actions=args.allow_actions,
+        hosts=_hosts(args),
+        behind_proxy=args.forwarded_allow_ips is not None,
     )
     app = modules.app.create_app(url, access=access)
     mode = "actions allowed" if args.allow_actions else "read-only"

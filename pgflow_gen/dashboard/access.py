@@ -1,7 +1,11 @@
 """Who may look and who may act. Without a token every page is open (the dashboard then listens
 on loopback only: the CLI refuses anything else). With a token, every page but the login page
 and the static files needs it: as `Authorization: Bearer <token>` (scrapers, scripts) or as the
-session cookie the login page sets (browsers), which holds an HMAC of the token, never the token.
+session cookie the login page sets (browsers). The cookie is new at each sign-in and expires
+after SESSION_S: its expiry and a random nonce, signed with an HMAC keyed by the token (never the
+token itself); it is `Secure` when the page came over TLS or through a trusted proxy. Wrong tokens
+are counted per client address (`Throttle`): after FAILURES_ALLOWED within WINDOW_S that address
+waits out the window.
 Actions need `allow_actions` and a token, and every form carries a CSRF value derived from the
 token, so another site cannot post one with the operator's cookie.
 
@@ -14,11 +18,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 COOKIE = "pgflow_dashboard"
+#: How long a sign-in lasts.
+SESSION_S = 12 * 3600
+#: Wrong tokens an address may send within WINDOW_S before it must wait.
+FAILURES_ALLOWED = 5
+WINDOW_S = 60.0
+#: The most addresses the throttle remembers (the oldest are forgotten first).
+THROTTLE_ADDRESSES = 10_000
 #: The names an open dashboard always answers to.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -33,6 +47,8 @@ class Access:
     allow_actions: bool = False
     #: Host names (besides loopback's) an open dashboard answers to.
     hosts: frozenset[str] = frozenset()
+    #: Served behind a trusted proxy (--forwarded-allow-ips): the session cookie is `Secure`.
+    behind_proxy: bool = False
 
     def __post_init__(self) -> None:
         if self.allow_actions and not self.token:
@@ -48,9 +64,32 @@ class Access:
         assert self.token is not None
         return hmac.new(self.token.encode(), purpose.encode(), hashlib.sha256).hexdigest()
 
-    def session(self) -> str:
-        """The session cookie's value."""
-        return self._derive("session")
+    def session(self, now: float | None = None) -> str:
+        """A new session cookie value: its expiry, a random nonce, and their HMAC.
+
+        >>> rules = Access(token="a-long-token")
+        >>> first, second = rules.session(), rules.session()
+        >>> first != second and rules.session_valid(first) and rules.session_valid(second)
+        True
+        >>> rules.session_valid(rules.session(now=time.time() - SESSION_S - 1))
+        False
+        >>> rules.session_valid(first[:-1] + ("0" if first[-1] != "0" else "1"))
+        False
+        """
+        expires = int((time.time() if now is None else now) + SESSION_S)
+        nonce = secrets.token_urlsafe(12)
+        return f"{expires}.{nonce}.{self._derive(f'session:{expires}:{nonce}')}"
+
+    def session_valid(self, value: str) -> bool:
+        if self.token is None:
+            return False
+        try:
+            expires, nonce, mac = value.split(".", 2)
+            expired = int(expires) < time.time()
+        except ValueError:
+            return False
+        expected = self._derive(f"session:{expires}:{nonce}")
+        return hmac.compare_digest(mac.encode(), expected.encode()) and not expired
 
     def csrf(self) -> str:
         """The value every action form carries ('' when the dashboard is open)."""
@@ -66,8 +105,11 @@ class Access:
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer ") and self.token_matches(header[7:].strip()):
             return True
-        cookie = request.cookies.get(COOKIE, "")
-        return hmac.compare_digest(cookie.encode(), self.session().encode())
+        return self.session_valid(request.cookies.get(COOKIE, ""))
+
+    def secure_cookie(self, request: Request) -> bool:
+        """Whether the session cookie is `Secure`: over TLS, or behind a trusted proxy."""
+        return request.url.scheme == "https" or self.behind_proxy
 
     def host_allowed(self, request: Request) -> bool:
         """May this request's `Host` reach the pages? Always with a token (a rebound page has
@@ -90,3 +132,40 @@ class Access:
 
     def csrf_matches(self, given: str) -> bool:
         return self.token is not None and hmac.compare_digest(given.encode(), self.csrf().encode())
+
+
+class Throttle:
+    """Wrong tokens per client address: after FAILURES_ALLOWED within WINDOW_S, the address
+    waits until the oldest of them leaves the window (brute force gets 5 guesses a minute).
+
+    >>> clock = [0.0]
+    >>> throttle = Throttle(clock=lambda: clock[0])
+    >>> for _ in range(FAILURES_ALLOWED):
+    ...     throttle.failed("10.0.0.7")
+    >>> throttle.wait_s("10.0.0.7"), throttle.wait_s("10.0.0.8")
+    (60.0, 0.0)
+    >>> clock[0] = 61.0
+    >>> throttle.wait_s("10.0.0.7")
+    0.0
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._failures: dict[str, list[float]] = {}
+
+    def wait_s(self, address: str) -> float:
+        """Seconds until `address` may try a token again (0: now)."""
+        now = self._clock()
+        recent = [at for at in self._failures.get(address, ()) if at > now - WINDOW_S]
+        if recent:
+            self._failures[address] = recent
+        else:
+            self._failures.pop(address, None)
+        if len(recent) < FAILURES_ALLOWED:
+            return 0.0
+        return recent[-FAILURES_ALLOWED] + WINDOW_S - now
+
+    def failed(self, address: str) -> None:
+        self._failures.setdefault(address, []).append(self._clock())
+        while len(self._failures) > THROTTLE_ADDRESSES:
+            del self._failures[next(iter(self._failures))]

@@ -4,8 +4,10 @@ wrong; an unreachable database a 503 page; never a traceback)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -64,9 +66,15 @@ def create_app(
         )
         await pool.open(wait=True, timeout=POOL_TIMEOUT_S)
         app.state.pool = pool
+        events = live.RunEvents(database_url)
+        app.state.run_events = events
+        listening = asyncio.create_task(events.run(), name="live updates")
         try:
             yield
         finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
             await pool.close()
 
     app = Starlette(
@@ -97,6 +105,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.access = rules
+    app.state.sign_ins = access_module.Throttle()
     app.state.database_url = database_url
     app.state.templates = Jinja2Templates(env=environment())
     return app
@@ -129,6 +138,11 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
             " NAME to add one).\n",
             status_code=400,
         )
+    throttled = _throttled(request)
+    if throttled is not None and (
+        request.headers.get("authorization") or "token" in request.query_params
+    ):
+        return throttled
     if rules.allows(request) or path.startswith(PUBLIC_PREFIXES):
         started = time.perf_counter()
         response = await call_next(request)
@@ -139,8 +153,10 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
         # A link with the token signs in once; the address bar keeps no token.
         kept = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
         response = RedirectResponse(path + (f"?{kept}" if kept else ""), status_code=303)
-        _set_session(response, rules)
+        _set_session(request, response, rules)
         return response
+    if given is not None or request.headers.get("authorization"):
+        _failed(request)  # a wrong token, counted against its address
     if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
         return RedirectResponse(f"/login?next={quote(path)}", status_code=303)
     return PlainTextResponse("This dashboard needs its token.\n", status_code=401,
@@ -153,19 +169,53 @@ async def _login(request: Request) -> Response:
     if not target.startswith("/") or target.startswith("//"):
         target = "/"
     if request.method == "POST":
+        throttled = _throttled(request)
+        if throttled is not None:
+            return throttled
         form = await request.form()
         if rules.token_matches(str(form.get("token") or "")):
             response = RedirectResponse(target, status_code=303)
-            _set_session(response, rules)
-            log.info("signed in from %s", request.client.host if request.client else "?")
+            _set_session(request, response, rules)
+            log.info("signed in from %s", _address(request))
             return response
+        _failed(request)
         return pages.render(request, "login.html", status_code=401, page="login", target=target,
                             wrong=True)  # fmt: skip
     return pages.render(request, "login.html", page="login", target=target, wrong=False)
 
 
-def _set_session(response: Response, rules: access_module.Access) -> None:
-    response.set_cookie(access_module.COOKIE, rules.session(), httponly=True, samesite="strict")
+def _set_session(request: Request, response: Response, rules: access_module.Access) -> None:
+    response.set_cookie(
+        access_module.COOKIE,
+        rules.session(),
+        max_age=access_module.SESSION_S,
+        httponly=True,
+        samesite="strict",
+        secure=rules.secure_cookie(request),
+    )
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _throttled(request: Request) -> Response | None:
+    """A 429 while the request's address has sent too many wrong tokens, else None."""
+    wait = request.app.state.sign_ins.wait_s(_address(request))
+    if wait <= 0:
+        return None
+    seconds = math.ceil(wait)
+    return PlainTextResponse(
+        f"Too many wrong tokens from this address: try again in {seconds} s.\n",
+        status_code=429,
+        headers={"retry-after": str(seconds)},
+    )
+
+
+def _failed(request: Request) -> None:
+    address = _address(request)
+    request.app.state.sign_ins.failed(address)
+    log.warning("a wrong dashboard token from %s", address)
 
 
 async def _metrics(request: Request) -> Response:

@@ -1,46 +1,140 @@
 """A run's events as Server-Sent Events, so that its page updates while it runs without
-polling: one LISTEN connection per open page on the run's channel (`pgflow_run_<id>`), each
-notification passed on as it comes, a comment every 15 s to keep proxies from closing the stream.
-The stream ends when the browser goes away (Starlette cancels it; the connection closes with it)
-or, after passing it on, at the run's final event."""
+polling. One LISTEN connection per dashboard process (`RunEvents`, run by the application's
+lifespan) listens on the channel of each run an open page follows (`pgflow_run_<id>`) and fans
+each notification out to those pages' streams; a stream gets a comment every 15 s to keep proxies
+from closing it, and ends when the browser goes away (Starlette cancels it) or, after passing it
+on, at the run's final event. Only a run that exists gets a stream (else 404), and at most
+`max_streams` are open at once (then 503: a page falls back to reloading), so open pages cannot
+use up the database's connections."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 from psycopg import sql
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from pgflow_gen.dashboard import pages
+from pgflow_gen.dashboard import queries as q
+
+log = logging.getLogger("pgflow_gen.dashboard")
 
 KEEPALIVE_S = 15.0
 FINAL_EVENTS = ("run:completed", "run:failed", "run:cancelled")
+#: The most event streams one dashboard process keeps open.
+MAX_STREAMS = 32
+#: How soon a new stream's LISTEN (or a closed one's UNLISTEN) reaches the shared connection.
+COMMAND_EVERY_S = 0.2
+#: How long the shared connection waits before it connects again after losing the database.
+RECONNECT_S = 1.0
+
+
+class RunEvents:
+    """The process's one listening connection and the streams it feeds."""
+
+    def __init__(self, database_url: str, max_streams: int = MAX_STREAMS) -> None:
+        self.database_url = database_url
+        self.max_streams = max_streams
+        self._streams: dict[str, set[asyncio.Queue[str]]] = {}
+        self._listening: set[str] = set()
+
+    @property
+    def open_streams(self) -> int:
+        return sum(len(queues) for queues in self._streams.values())
+
+    def check_room(self) -> None:
+        """HTTPException 503 when `max_streams` are open."""
+        if self.open_streams >= self.max_streams:
+            raise HTTPException(
+                503,
+                f"This dashboard already follows {self.max_streams} live pages; this one updates"
+                " when reloaded.",
+            )
+
+    def subscribe(self, channel: str) -> asyncio.Queue[str]:
+        """A queue of the channel's payloads (unsubscribe when done)."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._streams.setdefault(channel, set()).add(queue)
+        return queue
+
+    def unsubscribe(self, channel: str, queue: asyncio.Queue[str]) -> None:
+        queues = self._streams.get(channel)
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self._streams[channel]
+
+    async def run(self) -> None:
+        """Listen for the open streams until cancelled, connecting again after a loss."""
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.database_url, autocommit=True
+                ) as conn:
+                    self._listening = set()
+                    await self._serve(conn)
+            except psycopg.Error as exc:
+                log.warning("live updates lost the database, connecting again: %s", exc)
+                await asyncio.sleep(RECONNECT_S)
+
+    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            wanted = set(self._streams)
+            for channel in sorted(wanted - self._listening):
+                await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+            for channel in sorted(self._listening - wanted):
+                await conn.execute(sql.SQL("unlisten {}").format(sql.Identifier(channel)))
+            self._listening = wanted
+            async with contextlib.aclosing(conn.notifies(timeout=COMMAND_EVERY_S)) as heard:
+                async for notify in heard:
+                    for queue in self._streams.get(notify.channel, ()):
+                        queue.put_nowait(notify.payload)
 
 
 async def run_events(request: Request) -> Response:
     run_id = pages.run_id_of(request)
-    url: str = request.app.state.database_url
+    await _require_run(request, run_id)
+    events: RunEvents = request.app.state.run_events
     channel = f"pgflow_run_{run_id.hex}"
+    events.check_room()
 
     async def stream() -> AsyncIterator[str]:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+        queue = events.subscribe(channel)
+        try:
             yield "retry: 2000\n\n"
             while True:
-                async for notify in conn.notifies(timeout=KEEPALIVE_S):
-                    yield f"data: {notify.payload}\n\n"
-                    if _event(notify.payload) in FINAL_EVENTS:
-                        return
-                yield ": keep-alive\n\n"
+                try:
+                    payload = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                yield f"data: {payload}\n\n"
+                if _event(payload) in FINAL_EVENTS:
+                    return
+        finally:
+            events.unsubscribe(channel, queue)
 
     return StreamingResponse(
         stream(),
         media_type="text/event-stream",
         headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
     )
+
+
+async def _require_run(request: Request, run_id: uuid.UUID) -> None:
+    async with request.app.state.pool.connection() as conn:
+        row = await (await conn.execute(q.RUN_FLOW, (run_id,))).fetchone()
+    if row is None:
+        raise HTTPException(404, "No such run in this database (it may have been pruned).")
 
 
 def _event(payload: str) -> str | None:

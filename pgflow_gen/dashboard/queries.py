@@ -177,9 +177,10 @@ RUNS_NEWER: Final[LiteralString] = (
 FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
 
 # -- one run -------------------------------------------------------------------------------------
-#: (run id) -> the run.
+#: (run id) -> the run, without its input and output, which the page does not show (a large
+#: input cost every view its size in time and memory; each step's output comes capped below).
 RUN: Final[LiteralString] = (
-    "select run_id, flow_slug, status, input, output, remaining_steps, started_at, completed_at,"
+    "select run_id, flow_slug, status, remaining_steps, started_at, completed_at,"
     " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
     " from pgflow.runs where run_id = %s"
 )
