@@ -221,3 +221,6 @@ QUEUE_COVERAGE: Final[LiteralString] = (
     "select * from pgflow.queue_coverage(make_interval(secs => %s))"
     " where %s::text is null or flow_slug = %s"
 )
+#: (label) -> the engine records this transaction's operator actions with the CLI's label beside
+#: the login role (engine 0020; what the caller says of itself, not vouched for).
+SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"

@@ -33,7 +33,6 @@ from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
-from pgflow_gen.runtime import queries as runtime_queries
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
@@ -221,7 +220,7 @@ def act(
     in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
     label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
     with conn.transaction():
-        conn.execute(runtime_queries.SET_ACTION_LABEL, (_operator_label(),))
+        conn.execute(cli_queries.SET_ACTION_LABEL, (_operator_label(),))
         return conn.execute(query, params)
 
 

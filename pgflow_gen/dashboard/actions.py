@@ -120,7 +120,7 @@ async def _perform(
     """Run the action in one transaction; log it; redirect back with its outcome."""
     try:
         async with request.app.state.pool.connection() as conn, conn.transaction():
-            await conn.execute(runtime_queries.SET_ACTION_LABEL, (_actor(request),))
+            await conn.execute(q.SET_ACTION_LABEL, (_actor(request),))
             said = await act(conn)
     except psycopg.Error as exc:
         if sqlstate.classify(None, exc) in (sqlstate.Kind.LOST, sqlstate.Kind.TRANSIENT):

@@ -244,6 +244,9 @@ FLOW_PAUSES: Final[LiteralString] = (
 )
 
 # -- actions -------------------------------------------------------------------------------------
+#: (label) -> the engine records this transaction's action with the dashboard's label (its client
+#: address) beside the login role (engine 0020; what the caller says of itself).
+SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
 #: (run id) -> the run's flow (an action records it).
 RUN_FLOW: Final[LiteralString] = "select flow_slug from pgflow.runs where run_id = %s"
 

@@ -593,7 +593,8 @@ class Client:
 
     def retry_run(self, run_id: uuid.UUID) -> Run[Any]:
         """Retry a failed run from where it failed and return it (status `started`): its failed
-        and unfinished tasks run again with fresh attempts, completed steps keep their outputs
+        and unfinished tasks run again with their whole retry budget (their attempt numbers go
+        on, so a late result from before is ignored), completed steps keep their outputs
         and do not run again (in a map, only the failed and unfinished elements run).
 
         Raises RunNotFoundError, RunNotFailedError when it is not failed or its flow has changed

@@ -109,9 +109,6 @@ TRACE_CONTEXTS_TABLE: Final[LiteralString] = (
 #: (run ids) -> the ones the engine cancelled (engine 0020): a run:cancelled notification is
 #: confirmed here before a worker stops the run's handlers.
 CANCELLED_RUNS: Final[LiteralString] = "select c from pgflow.cancelled_runs(%s) as c"
-#: (label) -> the engine records this transaction's operator actions with the caller's label
-#: beside its login role (engine 0020; what the caller says of itself, not vouched for).
-SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
 #: (traceparent) -> this transaction's runs keep the caller's trace context (engine 0016).
 SET_TRACEPARENT: Final[LiteralString] = "select set_config('pgflow.traceparent', %s, true)"
 #: Bound the statements of this transaction: (statement timeout, lock timeout), as '5s'.
