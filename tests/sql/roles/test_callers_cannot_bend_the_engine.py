@@ -118,24 +118,21 @@ def test_a_caller_cannot_start_a_schedules_runs_beyond_the_clock_or_the_catch_up
     worker = logins.login("worker")
     start = datetime.datetime(2020, 1, 1, tzinfo=UTC)
     slots = [start + datetime.timedelta(days=d) for d in range(500)]
-    started = worker.execute(
-        "select * from pgflow.start_scheduled_runs('reports', 'nightly', %s, 'infinity')",
-        (slots,),
-    ).fetchall()
+    call = "select * from pgflow.start_scheduled_runs('reports', 'nightly', %s, %s)"
+    started = worker.execute(call, (slots, None)).fetchall()
     assert len(started) == 100  # the latest 100: the documented catch-up maximum
     assert min(row[0] for row in started) == slots[400]
     assert engine.value("select count(*) from pgflow.runs") == 100
-    last = engine.value("select last_slot_at from pgflow.schedules")
-    assert last <= datetime.datetime.now(UTC)
+    assert engine.value("select last_slot_at from pgflow.schedules") == slots[-1]
 
+    # Slots no cron expression names (a 5-field one names whole minutes) start nothing.
+    between = [slots[-1] + datetime.timedelta(seconds=s) for s in range(1, 60)]
+    assert worker.execute(call, (between, None)).fetchall() == []
+    assert engine.value("select last_slot_at from pgflow.schedules") == slots[-1]
+
+    # Nor does a slot later than now, and the last slot never moves past now.
     future = [datetime.datetime(2090, 1, 1, tzinfo=UTC)]
-    assert (
-        worker.execute(
-            "select * from pgflow.start_scheduled_runs('reports', 'nightly', %s, %s)",
-            (future, future[0]),
-        ).fetchall()
-        == []
-    )
+    assert worker.execute(call, (future, "infinity")).fetchall() == []
     assert engine.value("select last_slot_at from pgflow.schedules") <= datetime.datetime.now(UTC)
     assert engine.value("select count(*) from pgflow.runs") == 100
 

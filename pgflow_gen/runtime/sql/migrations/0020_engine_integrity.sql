@@ -262,6 +262,25 @@ as $$
     left(nullif(current_setting('pgflow.action_label', true), ''), 200))
 $$;
 
+-- Whether this session may hear of a run (engine 0020): any session but one bound by a step role
+-- (pgflow._session_step_roles), which sees only the runs with a task of its own step. The one
+-- statement of the rule, for run_input, run_trace_contexts and cancelled_runs. No writes.
+create function pgflow._session_sees_run(run_id uuid)
+returns boolean
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return not pgflow._session_is_step_role()
+    or exists (
+      select 1 from pgflow.step_tasks as t
+      join pgflow._session_step_roles() as sr on sr.flow_slug = t.flow_slug and sr.step_slug = t.step_slug
+      where t.run_id = _session_sees_run.run_id
+    );
+end;
+$$;
+
 -- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
 -- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
 -- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
@@ -429,8 +448,8 @@ end;
 $$;
 
 -- A run's input (null for an unknown run), for ctx.flow_input() of tasks that do not carry it
--- (engine 0019: workers read no table). A step role (pgflow._session_step_roles) reads only the input of a
--- run with a task of its own step (SQLSTATE 42501 otherwise). No writes, no locks.
+-- (engine 0019: workers read no table). A step role reads only the input of a run with a task of
+-- its own step (pgflow._session_sees_run; SQLSTATE 42501 otherwise). No writes, no locks.
 create or replace function pgflow.run_input(run_id uuid)
 returns jsonb
 language plpgsql
@@ -439,12 +458,7 @@ security definer
 set search_path = ''
 as $$
 begin
-  if pgflow._session_is_step_role()
-    and not exists (
-      select 1 from pgflow.step_tasks as t
-      join pgflow._session_step_roles() as r on r.flow_slug = t.flow_slug and r.step_slug = t.step_slug
-      where t.run_id = run_input.run_id
-    ) then
+  if not pgflow._session_sees_run(run_id) then
     raise exception 'Role "%" may not read the input of run %.', session_user, run_id
       using errcode = '42501', detail = 'A step''s role reads the input of runs with a task of its step only.';
   end if;
@@ -453,9 +467,8 @@ end;
 $$;
 
 -- Each given run's id and the trace context it was started in (engine 0016's runs.traceparent),
--- for the workers' tracing spans (engine 0019: workers read no table). A step role
--- (pgflow._session_step_roles; engine 0020) gets only the runs with a task of its own step. No
--- writes, no locks.
+-- for the workers' tracing spans (engine 0019: workers read no table). A step role gets only the
+-- runs with a task of its own step (pgflow._session_sees_run, engine 0020). No writes, no locks.
 create or replace function pgflow.run_trace_contexts(run_ids uuid[])
 returns table (run_id uuid, traceparent text)
 language plpgsql
@@ -464,18 +477,9 @@ security definer
 set search_path = ''
 as $$
 begin
-  if not pgflow._session_is_step_role() then
-    return query select r.run_id, r.traceparent from pgflow.runs as r where r.run_id = any (run_ids);
-    return;
-  end if;
   return query
     select r.run_id, r.traceparent from pgflow.runs as r
-    where r.run_id = any (run_ids)
-      and exists (
-        select 1 from pgflow.step_tasks as t
-        join pgflow._session_step_roles() as sr on sr.flow_slug = t.flow_slug and sr.step_slug = t.step_slug
-        where t.run_id = r.run_id
-      );
+    where r.run_id = any (run_ids) and pgflow._session_sees_run(r.run_id);
 end;
 $$;
 
@@ -512,9 +516,11 @@ $$;
 -- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
 -- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
 -- expression; this function keeps the promise of once per slot, and bounds what a caller can
--- bend (engine 0020): a slot later than now is not started, at most the latest 100 slots of a
--- call start (the documented catch-up maximum), last_slot_at never moves past now, and a step
--- role starts only its own flow's schedules. Returns each slot it handled with its run and
+-- bend (engine 0020): a slot later than now is not started, nor one that no cron expression can
+-- name (not a whole minute, or a whole second for a six-field expression, so a caller starts at
+-- most one run per minute since the last slot), at most the latest 100 slots of a call start
+-- (the documented catch-up maximum), last_slot_at never moves past now, and a step role starts
+-- only its own flow's schedules. The cron expression itself is the scheduler's to read. Returns each slot it handled with its run and
 -- whether this call started it. Locks the schedule's row.
 create or replace function pgflow.start_scheduled_runs(
   flow_slug text,
@@ -534,6 +540,7 @@ declare
   v_run pgflow.runs;
   v_now timestamptz := clock_timestamp();
   v_slots timestamptz[];
+  v_unit text;
 begin
   perform pgflow._require_flow_route(flow_slug);
   select * into v_schedule from pgflow.schedules as s
@@ -546,11 +553,15 @@ begin
   if v_schedule.paused_at is not null then
     return;
   end if;
-  -- The slots that may start: past ones, after the last slot, the latest 100 (MAX_CATCH_UP).
+  -- The slots that may start: past ones a cron expression can name, after the last slot, the
+  -- latest 100 (MAX_CATCH_UP).
+  v_unit := case when cardinality(regexp_split_to_array(btrim(v_schedule.cron), '\s+')) = 6
+    then 'second' else 'minute' end;
   v_slots := array(
     select x.s from (
       select distinct s from unnest(slots) as s
       where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
+        and s = date_trunc(v_unit, s)
       order by s desc
       limit 100
     ) as x
@@ -569,7 +580,8 @@ begin
   end loop;
   update pgflow.schedules as s
   set last_slot_at = greatest(s.last_slot_at,
-      (select max(x) from unnest(slots) as x where x <= v_now), least(passed_through, v_now)),
+      (select max(x) from unnest(v_slots) as x),
+      case when passed_through is not null then least(passed_through, v_now) end),
     last_run_id = v_schedule.last_run_id
   where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
 end;
@@ -1434,7 +1446,7 @@ $$;
 -- The given runs that are cancelled (engine 0020), for a worker to confirm a run:cancelled
 -- notification before it stops the run's handlers: PostgreSQL has no privilege on NOTIFY, so
 -- any role that can connect can send one, and a notification is a hint, never an order. A step
--- role (pgflow._session_step_roles) hears only of runs with a task of its own step. No writes,
+-- role hears only of runs with a task of its own step (pgflow._session_sees_run). No writes,
 -- no locks.
 create function pgflow.cancelled_runs(run_ids uuid[])
 returns setof uuid
@@ -1443,20 +1455,10 @@ stable
 security definer
 set search_path = ''
 as $$
-declare
-  v_step_role boolean := pgflow._session_is_step_role();
 begin
   return query
     select r.run_id from pgflow.runs as r
-    where r.run_id = any (run_ids) and r.status = 'cancelled'
-      and (
-        not v_step_role
-        or exists (
-          select 1 from pgflow.step_tasks as t
-          join pgflow._session_step_roles() as sr on sr.flow_slug = t.flow_slug and sr.step_slug = t.step_slug
-          where t.run_id = r.run_id
-        )
-      );
+    where r.run_id = any (run_ids) and r.status = 'cancelled' and pgflow._session_sees_run(r.run_id);
 end;
 $$;
 

@@ -5,9 +5,11 @@
 -- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
 -- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
 -- expression; this function keeps the promise of once per slot, and bounds what a caller can
--- bend (engine 0020): a slot later than now is not started, at most the latest 100 slots of a
--- call start (the documented catch-up maximum), last_slot_at never moves past now, and a step
--- role starts only its own flow's schedules. Returns each slot it handled with its run and
+-- bend (engine 0020): a slot later than now is not started, nor one that no cron expression can
+-- name (not a whole minute, or a whole second for a six-field expression, so a caller starts at
+-- most one run per minute since the last slot), at most the latest 100 slots of a call start
+-- (the documented catch-up maximum), last_slot_at never moves past now, and a step role starts
+-- only its own flow's schedules. The cron expression itself is the scheduler's to read. Returns each slot it handled with its run and
 -- whether this call started it. Locks the schedule's row.
 create function pgflow.start_scheduled_runs(
   flow_slug text,
@@ -27,6 +29,7 @@ declare
   v_run pgflow.runs;
   v_now timestamptz := clock_timestamp();
   v_slots timestamptz[];
+  v_unit text;
 begin
   perform pgflow._require_flow_route(flow_slug);
   select * into v_schedule from pgflow.schedules as s
@@ -39,11 +42,15 @@ begin
   if v_schedule.paused_at is not null then
     return;
   end if;
-  -- The slots that may start: past ones, after the last slot, the latest 100 (MAX_CATCH_UP).
+  -- The slots that may start: past ones a cron expression can name, after the last slot, the
+  -- latest 100 (MAX_CATCH_UP).
+  v_unit := case when cardinality(regexp_split_to_array(btrim(v_schedule.cron), '\s+')) = 6
+    then 'second' else 'minute' end;
   v_slots := array(
     select x.s from (
       select distinct s from unnest(slots) as s
       where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
+        and s = date_trunc(v_unit, s)
       order by s desc
       limit 100
     ) as x
@@ -62,7 +69,8 @@ begin
   end loop;
   update pgflow.schedules as s
   set last_slot_at = greatest(s.last_slot_at,
-      (select max(x) from unnest(slots) as x where x <= v_now), least(passed_through, v_now)),
+      (select max(x) from unnest(v_slots) as x),
+      case when passed_through is not null then least(passed_through, v_now) end),
     last_run_id = v_schedule.last_run_id
   where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
 end;

@@ -1,6 +1,6 @@
 -- A run's input (null for an unknown run), for ctx.flow_input() of tasks that do not carry it
--- (engine 0019: workers read no table). A step role (pgflow._session_step_roles) reads only the input of a
--- run with a task of its own step (SQLSTATE 42501 otherwise). No writes, no locks.
+-- (engine 0019: workers read no table). A step role reads only the input of a run with a task of
+-- its own step (pgflow._session_sees_run; SQLSTATE 42501 otherwise). No writes, no locks.
 create function pgflow.run_input(run_id uuid)
 returns jsonb
 language plpgsql
@@ -9,12 +9,7 @@ security definer
 set search_path = ''
 as $$
 begin
-  if pgflow._session_is_step_role()
-    and not exists (
-      select 1 from pgflow.step_tasks as t
-      join pgflow._session_step_roles() as r on r.flow_slug = t.flow_slug and r.step_slug = t.step_slug
-      where t.run_id = run_input.run_id
-    ) then
+  if not pgflow._session_sees_run(run_id) then
     raise exception 'Role "%" may not read the input of run %.', session_user, run_id
       using errcode = '42501', detail = 'A step''s role reads the input of runs with a task of its step only.';
   end if;
