@@ -180,3 +180,19 @@ def test_a_worker_cannot_shorten_the_stall_rule_in_its_session(
         engine.conn.execute(f"set pgflow.{setting} = '{value}'")
     assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
     assert claimed[1] == 1
+
+
+def test_a_worker_sees_the_databases_stall_rule_whatever_its_session_says(
+    engine: Engine, logins: Logins
+) -> None:
+    database = engine.value("select current_database()")
+    engine.conn.execute(f"alter database \"{database}\" set pgflow.stalled_after = '60s'")
+    worker = logins.login("worker")  # a new session: it starts with the database's value
+    rule = "select stalled_after from pgflow.worker_liveness()"
+    assert worker.execute(rule).fetchone() == (datetime.timedelta(seconds=60),)
+    for cleared in ("''", "'30s'"):  # emptied (the 30 s default) or shortened: both ignored
+        worker.execute(f"set pgflow.stalled_after = {cleared}")
+        assert worker.execute(rule).fetchone() == (datetime.timedelta(seconds=60),)
+    # An operator's session may try a rule of its own.
+    engine.conn.execute("set pgflow.stalled_after = '45s'")
+    assert engine.value(rule) == datetime.timedelta(seconds=45)

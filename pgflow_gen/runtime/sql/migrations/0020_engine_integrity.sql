@@ -13,7 +13,7 @@
 -- A flow-mode claim reads only its flow's queue; register_worker takes only real routes and
 -- bounded names, and a worker id belongs to the login role that registered it. Schedules start
 -- no slot later than now, at most 100 a call, and never move their last slot past now. Only an
--- operator's session may change the liveness and stall rule for itself (pgflow._engine_setting).
+-- operator's session may change the liveness and stall rule for itself (pgflow._engine_settings).
 
 
 -- The attempts a task made before its run's last retry_run (see 0062_table_step_tasks.sql).
@@ -76,28 +76,48 @@ as $$
     )
 $$;
 
--- One of the engine's settings (a pgflow.* parameter) as this session must see it (engine 0020):
--- for an operator (pgflow._session_is_operator) the session's value, which follows ALTER DATABASE
--- / ALTER ROLE ... SET unless the session set its own; for anyone else the value set for the
--- database (ALTER DATABASE ... SET, pg_db_role_setting), whatever the session set, so a worker
--- cannot shorten the stall rule and take live workers' tasks. Null when unset. No writes.
-create function pgflow._engine_setting(name text)
-returns text
-language sql
+-- The worker liveness settings (pgflow.heartbeat_interval, pgflow.live_within,
+-- pgflow.stalled_after; null when unset) as this session must see them (engine 0020): the
+-- session's own values when they are the database's (ALTER DATABASE ... SET; the usual case,
+-- one catalog lookup) or the session is an operator's (pgflow._session_is_operator); else the
+-- database's, whatever the session (or its role) set, so a worker cannot shorten the stall rule
+-- and take live workers' tasks. Called by pgflow.worker_liveness. No writes.
+create function pgflow._engine_settings(
+  out heartbeat_interval text,
+  out live_within text,
+  out stalled_after text
+)
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select case when pgflow._session_is_operator() then pg_catalog.current_setting(name, true)
-    else (
-      select substr(c.setting, length(name) + 2)
-      from pg_catalog.pg_db_role_setting as s
-      cross join lateral unnest(s.setconfig) as c (setting)
-      where s.setrole = 0
-        and s.setdatabase = (select d.oid from pg_catalog.pg_database as d where d.datname = current_database())
-        and c.setting like name || '=%'
-      limit 1
-    )
-  end
+declare
+  v_item text;
+  v_database text[] := array[null, null, null];
+begin
+  heartbeat_interval := nullif(current_setting('pgflow.heartbeat_interval', true), '');
+  live_within := nullif(current_setting('pgflow.live_within', true), '');
+  stalled_after := nullif(current_setting('pgflow.stalled_after', true), '');
+  foreach v_item in array coalesce((
+    select s.setconfig from pg_catalog.pg_db_role_setting as s
+    where s.setrole = 0
+      and s.setdatabase = (select d.oid from pg_catalog.pg_database as d where d.datname = current_database())
+  ), '{}') loop
+    case split_part(v_item, '=', 1)
+      when 'pgflow.heartbeat_interval' then v_database[1] := nullif(substr(v_item, strpos(v_item, '=') + 1), '');
+      when 'pgflow.live_within' then v_database[2] := nullif(substr(v_item, strpos(v_item, '=') + 1), '');
+      when 'pgflow.stalled_after' then v_database[3] := nullif(substr(v_item, strpos(v_item, '=') + 1), '');
+      else null;
+    end case;
+  end loop;
+  if array[heartbeat_interval, live_within, stalled_after] is not distinct from v_database
+    or pgflow._session_is_operator() then
+    return;
+  end if;
+  heartbeat_interval := v_database[1];
+  live_within := v_database[2];
+  stalled_after := v_database[3];
+end;
 $$;
 
 -- Refuses (SQLSTATE 42501) a session bound by a step role (pgflow._session_step_roles) that has no
@@ -287,7 +307,7 @@ $$;
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
 -- pgflow.stalled_after per database (every session must see one rule). Only an operator's
--- session may set its own (engine 0020, pgflow._engine_setting): a worker's session sees the
+-- session may set its own (engine 0020, pgflow._engine_settings): a worker's session sees the
 -- database's, so it cannot shorten the stall rule (it runs as the owner to read them). Workers read
 -- it when they start. No writes.
 create or replace function pgflow.worker_liveness(
@@ -301,10 +321,12 @@ parallel safe
 security definer
 set search_path = ''
 as $$
+declare
+  v_set record := pgflow._engine_settings();
 begin
-  heartbeat_interval := coalesce(nullif(pgflow._engine_setting('pgflow.heartbeat_interval'), '')::interval, interval '5 seconds');
-  live_within := coalesce(nullif(pgflow._engine_setting('pgflow.live_within'), '')::interval, interval '15 seconds');
-  stalled_after := coalesce(nullif(pgflow._engine_setting('pgflow.stalled_after'), '')::interval, interval '30 seconds');
+  heartbeat_interval := coalesce(v_set.heartbeat_interval::interval, interval '5 seconds');
+  live_within := coalesce(v_set.live_within::interval, interval '15 seconds');
+  stalled_after := coalesce(v_set.stalled_after::interval, interval '30 seconds');
   -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
   -- and a heartbeat at most ten times a second.
   if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval

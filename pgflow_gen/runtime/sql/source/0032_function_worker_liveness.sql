@@ -4,7 +4,7 @@
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and
 -- pgflow.stalled_after per database (every session must see one rule). Only an operator's
--- session may set its own (engine 0020, pgflow._engine_setting): a worker's session sees the
+-- session may set its own (engine 0020, pgflow._engine_settings): a worker's session sees the
 -- database's, so it cannot shorten the stall rule (it runs as the owner to read them). Workers read
 -- it when they start. No writes.
 create function pgflow.worker_liveness(
@@ -18,10 +18,12 @@ parallel safe
 security definer
 set search_path = ''
 as $$
+declare
+  v_set record := pgflow._engine_settings();
 begin
-  heartbeat_interval := coalesce(nullif(pgflow._engine_setting('pgflow.heartbeat_interval'), '')::interval, interval '5 seconds');
-  live_within := coalesce(nullif(pgflow._engine_setting('pgflow.live_within'), '')::interval, interval '15 seconds');
-  stalled_after := coalesce(nullif(pgflow._engine_setting('pgflow.stalled_after'), '')::interval, interval '30 seconds');
+  heartbeat_interval := coalesce(v_set.heartbeat_interval::interval, interval '5 seconds');
+  live_within := coalesce(v_set.live_within::interval, interval '15 seconds');
+  stalled_after := coalesce(v_set.stalled_after::interval, interval '30 seconds');
   -- GUARD: a live worker must never look stalled: at least two missed heartbeats before either;
   -- and a heartbeat at most ten times a second.
   if not (heartbeat_interval >= interval '0.1 seconds' and live_within >= 2 * heartbeat_interval
