@@ -1,7 +1,10 @@
 """A run's events as Server-Sent Events, so that its page updates while it runs without
 polling. One LISTEN connection per dashboard process (`RunEvents`, run by the application's
 lifespan) listens on the channel of each run an open page follows (`pgflow_run_<id>`) and fans
-each notification out to those pages' streams; a stream gets a comment every 15 s to keep proxies
+each notification out to those pages' streams. A stream says `event: ready` once its channel is
+listened to (again after the connection was lost), and the page reads the run then: whatever
+happened before is in that read, whatever happens after reaches the stream. A stream gets a
+comment every 15 s to keep proxies
 from closing it, and ends when the browser goes away (Starlette cancels it) or, after passing it
 on, at the run's final event. Only a run that exists gets a stream (else 404), and at most
 `max_streams` are open at once (then 503: a page falls back to reloading), so open pages cannot
@@ -36,6 +39,8 @@ MAX_STREAMS = 32
 COMMAND_EVERY_S = 0.2
 #: How long the shared connection waits before it connects again after losing the database.
 RECONNECT_S = 1.0
+#: What a stream's queue gets once its channel is listened to: the page should read the run.
+READY = None
 
 
 class RunEvents:
@@ -44,7 +49,7 @@ class RunEvents:
     def __init__(self, database_url: str, max_streams: int = MAX_STREAMS) -> None:
         self.database_url = database_url
         self.max_streams = max_streams
-        self._streams: dict[str, set[asyncio.Queue[str]]] = {}
+        self._streams: dict[str, set[asyncio.Queue[str | None]]] = {}
         self._listening: set[str] = set()
 
     @property
@@ -60,13 +65,16 @@ class RunEvents:
                 " when reloaded.",
             )
 
-    def subscribe(self, channel: str) -> asyncio.Queue[str]:
-        """A queue of the channel's payloads (unsubscribe when done)."""
-        queue: asyncio.Queue[str] = asyncio.Queue()
+    def subscribe(self, channel: str) -> asyncio.Queue[str | None]:
+        """A queue of the channel's payloads, and `READY` each time the channel is (again)
+        listened to; unsubscribe when done."""
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._streams.setdefault(channel, set()).add(queue)
+        if channel in self._listening:
+            queue.put_nowait(READY)
         return queue
 
-    def unsubscribe(self, channel: str, queue: asyncio.Queue[str]) -> None:
+    def unsubscribe(self, channel: str, queue: asyncio.Queue[str | None]) -> None:
         queues = self._streams.get(channel)
         if queues is not None:
             queues.discard(queue)
@@ -91,9 +99,14 @@ class RunEvents:
             wanted = set(self._streams)
             for channel in sorted(wanted - self._listening):
                 await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                # Every stream of the channel now, including one that arrived during the LISTEN.
+                self._listening.add(channel)
+                for queue in self._streams.get(channel, ()):
+                    queue.put_nowait(READY)
             for channel in sorted(self._listening - wanted):
+                # Before the UNLISTEN: a stream arriving meanwhile waits for the next LISTEN.
+                self._listening.discard(channel)
                 await conn.execute(sql.SQL("unlisten {}").format(sql.Identifier(channel)))
-            self._listening = wanted
             async with contextlib.aclosing(conn.notifies(timeout=COMMAND_EVERY_S)) as heard:
                 async for notify in heard:
                     for queue in self._streams.get(notify.channel, ()):
@@ -116,6 +129,9 @@ async def run_events(request: Request) -> Response:
                     payload = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
                 except TimeoutError:
                     yield ": keep-alive\n\n"
+                    continue
+                if payload is READY:
+                    yield "event: ready\ndata: ready\n\n"
                     continue
                 yield f"data: {payload}\n\n"
                 if _event(payload) in FINAL_EVENTS:

@@ -28,6 +28,11 @@ class Stream:
     def line(self) -> str:
         return self.reply.readline().decode().rstrip("\n")
 
+    def ready(self) -> None:
+        """Read up to the stream's `event: ready` (its run's channel is listened to)."""
+        while (line := self.line()) != "event: ready":
+            assert line or not self.reply.isclosed(), "the stream ended before it was ready"
+
     def events(self) -> Iterator[str]:
         while (line := self.line()) or not self.reply.isclosed():
             if line.startswith("data: "):
@@ -69,6 +74,8 @@ def test_streams_share_one_connection_and_the_cap_answers_503(
         stream = Stream(dashboard, run_id)
         streams.append(stream)
         assert (stream.reply.status, stream.line()) == (200, "retry: 2000")
+    for stream in streams:
+        stream.ready()
     eventually(lambda: listening_backends(db) == 1, "one listening connection for all streams")
 
     refused = dashboard.get(f"/runs/{runs[0]}/events", html=False)
@@ -102,3 +109,21 @@ def test_a_closed_page_frees_its_place(dashboard: Dashboard, db: Db, streams: li
         return False
 
     eventually(room, "the closed stream's place to be free")
+
+
+def test_an_event_right_after_ready_reaches_the_page(
+    dashboard: Dashboard, db: Db, streams: list[Stream]
+) -> None:
+    """The page reads the run when its stream is ready, so nothing may fall between the two:
+    an event sent the moment the stream says ready is on the stream. Repeated, since the channel
+    is listened to afresh for each new run."""
+    db.flow("live", {"slug": "only"})
+    for n in range(5):
+        run_id = db.start("live", {"n": n})
+        stream = Stream(dashboard, run_id)
+        streams.append(stream)
+        stream.ready()
+        [task] = db.poll("live")
+        db.complete(task, "done", fenced=True)
+        events = list(stream.events())
+        assert any('"run:completed"' in event for event in events), events

@@ -81,7 +81,9 @@
   }
 
   var source = new EventSource("/runs/" + run + "/events");
-  source.onopen = refresh; // what happened before the stream opened
+  // The server says "ready" once it listens for this run (again after losing the database):
+  // reading the run then catches what happened before, and the messages bring what follows.
+  source.addEventListener("ready", refresh);
   source.onmessage = function (message) {
     refresh();
     var event = null;
