@@ -26,7 +26,7 @@ def version_19(empty_db_url: str) -> Iterator[Engine]:
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn)] == ["0020"]
+    assert [m.version for m in migrations.migrate(engine.conn, target="0020")] == ["0020"]
 
 
 def test_work_claimed_on_0019_finishes(version_19: Engine) -> None:

@@ -116,7 +116,7 @@ def test_a_caller_cannot_start_a_schedules_runs_beyond_the_clock_or_the_catch_up
 ) -> None:
     compile_nightly(engine)
     worker = logins.login("worker")
-    start = datetime.datetime(2020, 1, 1, tzinfo=UTC)
+    start = datetime.datetime(2020, 1, 1, 2, 0, tzinfo=UTC)
     slots = [start + datetime.timedelta(days=d) for d in range(500)]
     call = "select * from pgflow.start_scheduled_runs('reports', 'nightly', %s, %s)"
     started = worker.execute(call, (slots, None)).fetchall()
@@ -125,9 +125,11 @@ def test_a_caller_cannot_start_a_schedules_runs_beyond_the_clock_or_the_catch_up
     assert engine.value("select count(*) from pgflow.runs") == 100
     assert engine.value("select last_slot_at from pgflow.schedules") == slots[-1]
 
-    # Slots no cron expression names (a 5-field one names whole minutes) start nothing.
+    # Slots the cron expression does not name start nothing (engine 0021): "0 2 * * *" names
+    # 02:00 UTC, neither the seconds after it nor the other whole minutes of the following days.
     between = [slots[-1] + datetime.timedelta(seconds=s) for s in range(1, 60)]
-    assert worker.execute(call, (between, None)).fetchall() == []
+    minutes = [slots[-1] + datetime.timedelta(minutes=m) for m in range(1, 24 * 60 * 3, 7)]
+    assert worker.execute(call, (between + minutes, None)).fetchall() == []
     assert engine.value("select last_slot_at from pgflow.schedules") == slots[-1]
 
     # Nor does a slot later than now, and the last slot never moves past now.
@@ -196,3 +198,23 @@ def test_a_worker_sees_the_databases_stall_rule_whatever_its_session_says(
     # An operator's session may try a rule of its own.
     engine.conn.execute("set pgflow.stalled_after = '45s'")
     assert engine.value(rule) == datetime.timedelta(seconds=45)
+
+
+def test_a_workers_role_settings_and_a_reset_do_not_bend_the_stall_rule(
+    engine: Engine, logins: Logins
+) -> None:
+    # With no setting anywhere a claim skips the catalog (engine 0021); a value the worker's role
+    # carries, or one its session set and reset, is no database's setting: the defaults hold.
+    worker_role = logins.login_role("worker")
+    engine.conn.execute(f"alter role \"{worker_role}\" set pgflow.stalled_after = '0.2s'")
+    rule = "select live_within, stalled_after from pgflow.worker_liveness()"
+    defaults = (datetime.timedelta(seconds=15), datetime.timedelta(seconds=30))
+    with_role_setting = logins.connect(worker_role)
+    assert with_role_setting.execute("show pgflow.stalled_after").fetchone() == ("0.2s",)
+    assert with_role_setting.execute(rule).fetchone() == defaults
+    engine.conn.execute(f'alter role "{worker_role}" reset pgflow.stalled_after')
+    worker = logins.connect(worker_role)
+    assert worker.execute(rule).fetchone() == defaults
+    worker.execute("set pgflow.live_within = '0.2s'")
+    worker.execute("reset pgflow.live_within")
+    assert worker.execute(rule).fetchone() == defaults

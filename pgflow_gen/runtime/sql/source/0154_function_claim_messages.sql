@@ -7,8 +7,8 @@
 -- Task rows locked by someone else are skipped (their message comes back later), so a claim never
 -- waits; then PGMQ rows are locked. Messages of this flow (and step) whose task no longer exists
 -- are archived (a warning names them); other foreign ones are left alone.
--- A worker marked stopped, or silent for longer than the liveness rule's live_within, that claims
--- is registered again (a claim proves it alive). Only the login role that registered the worker
+-- A worker marked stopped, or silent for longer than the liveness rule's live_within (as the
+-- session sees it, engine 0021), that claims is registered again (a claim proves it alive). Only the login role that registered the worker
 -- id claims as it (engine 0020, pgflow._require_worker_owner).
 -- Tasks of a paused step (pgflow.step_pauses) are not claimed: their messages are held out of
 -- sight for 60 s at a time and listed in pgflow.held_messages (resume_step shows them again at
@@ -80,8 +80,11 @@ begin
   end if;
   -- GUARD: a claim proves its worker alive. One marked stopped, or silent for longer than the live
   -- window, is registered again, or stall recovery would take what it claims the moment it does.
+  -- The window is the session's own (engine 0021: no settings lookup per claim): a caller that
+  -- bends it changes only when its own worker id is registered again.
   if v_stopped_at is not null
-     or v_heartbeat_at < clock_timestamp() - (pgflow.worker_liveness()).live_within then
+     or v_heartbeat_at < clock_timestamp()
+       - coalesce(nullif(current_setting('pgflow.live_within', true), '')::interval, interval '15 seconds') then
     update pgflow.workers as w set stopped_at = null, last_heartbeat_at = clock_timestamp()
     where w.worker_id = _claim_messages.worker_id;
   end if;

@@ -5,12 +5,13 @@
 -- slot the caller decided not to start: catch_up none or latest). A paused schedule starts
 -- nothing and moves nothing. The scheduler in each worker computes the slots from the cron
 -- expression; this function keeps the promise of once per slot, and bounds what a caller can
--- bend (engine 0020): a slot later than now is not started, nor one that no cron expression can
--- name (not a whole minute, or a whole second for a six-field expression, so a caller starts at
--- most one run per minute since the last slot), at most the latest 100 slots of a call start
--- (the documented catch-up maximum), last_slot_at never moves past now, and a step role starts
--- only its own flow's schedules. The cron expression itself is the scheduler's to read. Returns each slot it handled with its run and
--- whether this call started it. Locks the schedule's row.
+-- bend (engine 0020): a slot later than now is not started, at most the latest 100 slots of a
+-- call start (the documented catch-up maximum), last_slot_at never moves past now, and a step
+-- role starts only its own flow's schedules. Since engine 0021 it starts only slots the cron
+-- expression names in the schedule's time zone (pgflow._cron_names); for syntax the engine does
+-- not read (L, W, #, H) it falls back to whole minutes (whole seconds for a six-field
+-- expression), so a caller starts at most one run per minute since the last slot. Returns each
+-- slot it handled with its run and whether this call started it. Locks the schedule's row.
 create function pgflow.start_scheduled_runs(
   flow_slug text,
   schedule_name text,
@@ -42,8 +43,9 @@ begin
   if v_schedule.paused_at is not null then
     return;
   end if;
-  -- The slots that may start: past ones a cron expression can name, after the last slot, the
-  -- latest 100 (MAX_CATCH_UP).
+  -- The slots that may start: past ones the cron expression names (or, for syntax the engine
+  -- does not read, any cron expression could name), after the last slot, the latest 100
+  -- (MAX_CATCH_UP).
   v_unit := case when cardinality(regexp_split_to_array(btrim(v_schedule.cron), '\s+')) = 6
     then 'second' else 'minute' end;
   v_slots := array(
@@ -51,6 +53,7 @@ begin
       select distinct s from unnest(slots) as s
       where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
         and s = date_trunc(v_unit, s)
+        and coalesce(pgflow._cron_names(v_schedule.cron, v_schedule.timezone, s), true)
       order by s desc
       limit 100
     ) as x

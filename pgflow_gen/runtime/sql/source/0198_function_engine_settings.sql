@@ -17,6 +17,14 @@ declare
   v_item text;
   v_database text[] := array[null, null, null];
 begin
+  -- Set nowhere (the usual case; engine 0021): the defaults, without reading the catalog. A
+  -- setting the database (or the role) sets, or the session ever set, is defined (not null) for
+  -- the whole session, so a null one is one the database does not set either.
+  if current_setting('pgflow.heartbeat_interval', true) is null
+      and current_setting('pgflow.live_within', true) is null
+      and current_setting('pgflow.stalled_after', true) is null then
+    return;
+  end if;
   heartbeat_interval := nullif(current_setting('pgflow.heartbeat_interval', true), '');
   live_within := nullif(current_setting('pgflow.live_within', true), '');
   stalled_after := nullif(current_setting('pgflow.stalled_after', true), '');
