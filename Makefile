@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test check lint format pytest bench regen clean
+.PHONY: venv demo test check lint format pytest bench migration regen clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "pgflow-gen needs Python 3.11+"'
@@ -47,6 +47,12 @@ pytest: venv
 ## bench: engine throughput next to raw PGMQ (not part of `make test`)
 bench: venv
 	$(BIN)/python benchmarks/engine_throughput.py
+
+## migration: write the next engine migration from what changed in pgflow_gen/runtime/sql/source/
+##            (make migration NAME=what_it_changes; docs/engine.md, "How to change the engine")
+migration: venv
+	@test -n "$(NAME)" || { echo "usage: make migration NAME=what_it_changes" >&2; exit 2; }
+	$(BIN)/python -m pgflow_gen.runtime.sql.writer $(NAME)
 
 ## regen: rewrite the committed generated files: JSON Schema, golden cases, examples
 regen: venv

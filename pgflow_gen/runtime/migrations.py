@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -53,6 +54,11 @@ def available() -> tuple[Migration, ...]:
     return tuple(sorted(found, key=lambda m: m.version))
 
 
+def folder() -> Path:
+    """The migrations' folder in this checkout (where `make migration` writes)."""
+    return Path(str(resources.files(_SQL_PACKAGE).joinpath("migrations")))
+
+
 def source_files() -> tuple[tuple[str, str], ...]:
     """The engine source, one object per file, as (file name, SQL) in file-name order."""
     folder = resources.files(_SQL_PACKAGE).joinpath("source")
@@ -80,7 +86,7 @@ def ensure_pgmq(conn: psycopg.Connection[Any]) -> str | None:
         conn.execute(queries.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
         if _has_pgmq(conn):
             return None
-        conn.execute(_trusted(script))
+        conn.execute(trusted(script))
         comment = f"PGMQ {version}, installed as SQL by pgflow-gen"
         conn.execute(sql.SQL("comment on schema pgmq is {}").format(sql.Literal(comment)))
     return version
@@ -160,7 +166,7 @@ def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
     try:
         with conn.transaction():
             conn.execute(sql.SQL("set local lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-            conn.execute(_trusted(migration.sql))
+            conn.execute(trusted(migration.sql))
             conn.execute(
                 queries.RECORD_MIGRATION, (migration.version, migration.name, migration.checksum)
             )
@@ -189,6 +195,6 @@ def engine_script() -> str:
     return "".join(parts)
 
 
-def _trusted(text: str) -> sql.SQL:
+def trusted(text: str) -> sql.SQL:
     """SQL text shipped inside this package (never user input)."""
     return sql.SQL(text)

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime import errors, migrations
+from pgflow_gen.runtime.sql import catalog, writer
 from pgflow_gen.testing.databases import create_database, drop_database
-from tests.migrations import catalog
 
 RELEASED = json.loads((Path(__file__).parent / "released.json").read_text())
 
@@ -167,3 +167,51 @@ def test_the_printed_engine_script_agrees_with_migrate(admin_url: str, empty_db_
         assert catalog.snapshot(empty_db_url) == catalog.snapshot(other)
     finally:
         drop_database(admin_url, "pgflow_script_vs_migrate")
+
+
+def test_the_newest_migration_is_what_the_writer_writes_from_the_source(admin_url: str) -> None:
+    newest = migrations.available()[-1]
+    written = writer.draft(admin_url, newest.name)
+    assert written.file_name == f"{newest.version}_{newest.name}.sql"
+    assert written.text == newest.sql, (
+        "The source changed since the newest migration was written: run"
+        f" `make migration NAME={newest.name}` (or a new NAME once it is released)."
+    )
+
+
+def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: str) -> None:
+    shipped = migrations.available()
+    before_0021 = [m for m in shipped if m.version < "0021"]
+    # From 0020, the source's functions differ: exactly the five 0021 changed or added.
+    written = writer.draft_from(admin_url, "0021_again.sql", writer.Parts("-- again"), before_0021)
+    assert [c.function.split("(")[0] for c in written.changes] == [
+        "pgflow._claim_messages",
+        "pgflow.start_scheduled_runs",
+        "pgflow._engine_settings",
+        "pgflow._cron_values",
+        "pgflow._cron_names",
+    ]
+    assert written.text.count("create or replace function") == 3
+    # From 0019, step_tasks lacks a column 0020 added by hand: the writer will not guess it.
+    before_0020 = [m for m in shipped if m.version < "0020"]
+    with pytest.raises(errors.MigrationError) as raised:
+        writer.draft_from(admin_url, "0020_again.sql", writer.Parts("-- again"), before_0020)
+    assert "hand-written section" in str(raised.value)
+    assert "attempts_before_retry" in str(raised.value)
+
+
+def test_the_writer_command_writes_nothing_for_a_wrong_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = sorted(migrations.folder().iterdir())
+    assert writer.main([]) == 2
+    assert capsys.readouterr().err == "usage: make migration NAME=what_it_changes\n"
+    assert writer.main(["Bad-Name"]) == 1
+    assert capsys.readouterr().err == (
+        "error: Invalid migration name 'Bad-Name'.\nHINT: Use lower-case letters, digits and _.\n"
+    )
+    assert writer.main(["nothing_new"]) == 1  # the source is what the migrations build
+    err = capsys.readouterr().err
+    assert err.startswith("error: Nothing in the source differs from the migrations")
+    assert "Traceback" not in err
+    assert sorted(migrations.folder().iterdir()) == before

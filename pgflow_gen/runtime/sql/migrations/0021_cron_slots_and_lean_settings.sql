@@ -10,213 +10,13 @@
 -- pgflow._engine_settings returns the defaults at once when no liveness setting is defined for
 -- the session (nor so by the database).
 
+-- BEGIN HAND-WRITTEN: tables and data, applied before the functions below.
+-- END HAND-WRITTEN
 
--- The values one field of a cron expression names (see 0203_function_cron_values.sql).
-create function pgflow._cron_values(field text, field_index int)
-returns int[]
-language plpgsql
-immutable
-set search_path = ''
-as $$
-declare
-  v_low int := (array[0, 0, 0, 1, 1, 0])[field_index + 1];
-  v_high int := (array[59, 59, 23, 31, 12, 6])[field_index + 1];
-  v_names text[] := case field_index
-    when 4 then array['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec']
-    when 5 then array['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat']
-  end;
-  v_item text;
-  v_parts text[];
-  v_from int;
-  v_to int;
-  v_step int;
-  v_values int[] := '{}';
-begin
-  if field = '*' or field = '?' and field_index in (3, 5) then
-    return array(select generate_series(v_low, v_high));
-  end if;
-  foreach v_item in array string_to_array(field, ',') loop
-    v_parts := regexp_match(v_item, '^(\*|[a-z]{3}|[0-9]{1,2})(?:-([a-z]{3}|[0-9]{1,2}))?(?:/([0-9]{1,2}))?$');
-    if v_parts is null or v_parts[1] = '*' and (v_parts[2] is not null or v_parts[3] is null) then
-      return null;
-    end if;
-    v_step := coalesce(v_parts[3]::int, 1);
-    if v_parts[1] = '*' then
-      v_from := v_low;
-      v_to := v_high;
-    else
-      v_from := case when v_parts[1] ~ '^[0-9]' then v_parts[1]::int
-        else array_position(v_names, v_parts[1]) - 1 + v_low end;
-      v_to := case
-        when v_parts[2] ~ '^[0-9]' then v_parts[2]::int
-        when v_parts[2] is not null then array_position(v_names, v_parts[2]) - 1 + v_low
-        when v_parts[3] is not null then v_high
-        else v_from
-      end;
-      if v_from is null or v_to is null then
-        return null;  -- a name the field does not have
-      end if;
-      if field_index = 5 and v_from = 7 and v_parts[2] is null and v_parts[3] is null then
-        v_from := 0;
-        v_to := 0;
-      end if;
-      if v_from < v_low or v_to > v_high or (v_parts[2] is not null or v_parts[3] is not null) and v_from >= v_to then
-        return null;
-      end if;
-    end if;
-    if v_step < 1 then
-      return null;
-    end if;
-    v_values := v_values || array(select generate_series(v_from, v_to, v_step));
-  end loop;
-  return v_values;
-end;
-$$;
+-- Written by `make migration` from pgflow_gen/runtime/sql/source/: edit the source, then
+-- write the migration again; only the header and the hand-written section above are kept.
 
--- Whether a cron expression names a slot (see 0204_function_cron_names.sql).
-create function pgflow._cron_names(cron text, timezone text, slot timestamptz)
-returns boolean
-language plpgsql
-stable
-set search_path = ''
-as $$
-declare
-  v_fields text[] := regexp_split_to_array(lower(btrim(cron)), '\s+');
-  v_seconds int[];
-  v_minutes int[];
-  v_hours int[];
-  v_days int[];
-  v_months int[];
-  v_weekdays int[];
-  v_any_day boolean;
-  v_any_weekday boolean;
-  v_day boolean;
-  v_weekday boolean;
-  v_local timestamp := slot at time zone timezone;
-  -- How much further than an hour the local clock went in the hour before the slot.
-  v_skipped interval := v_local - ((slot - interval '1 hour') at time zone timezone) - interval '1 hour';
-  v_at timestamp;
-begin
-  if cardinality(v_fields) = 5 then
-    v_fields := array['0'] || v_fields;
-  elsif cardinality(v_fields) = 6 then
-    v_fields := array[v_fields[6]] || v_fields[1:5];
-  else
-    return null;
-  end if;
-  v_seconds := pgflow._cron_values(v_fields[1], 0);
-  v_minutes := pgflow._cron_values(v_fields[2], 1);
-  v_hours := pgflow._cron_values(v_fields[3], 2);
-  v_days := pgflow._cron_values(v_fields[4], 3);
-  v_months := pgflow._cron_values(v_fields[5], 4);
-  v_weekdays := pgflow._cron_values(v_fields[6], 5);
-  if v_seconds is null or v_minutes is null or v_hours is null or v_days is null
-      or v_months is null or v_weekdays is null then
-    return null;
-  end if;
-  v_any_day := v_fields[4] in ('*', '?')
-    or strpos(v_fields[6], '*') > 0 and v_days @> array(select generate_series(1, 31));
-  v_any_weekday := v_fields[6] in ('*', '?')
-    or strpos(v_fields[4], '*') > 0 and v_weekdays @> array(select generate_series(0, 6));
-  -- The slot itself, then each whole second the clock skipped up to v_skipped before it.
-  v_at := v_local;
-  loop
-    v_day := extract(day from v_at)::int = any (v_days);
-    v_weekday := extract(dow from v_at)::int = any (v_weekdays);
-    if date_trunc('second', v_at) = v_at
-        and (v_at = v_local or (v_at at time zone timezone) at time zone timezone <> v_at)
-        and extract(second from v_at)::int = any (v_seconds)
-        and extract(minute from v_at)::int = any (v_minutes)
-        and extract(hour from v_at)::int = any (v_hours)
-        and extract(month from v_at)::int = any (v_months)
-        and ((v_any_day or v_any_weekday) and (v_any_day or v_day) and (v_any_weekday or v_weekday)
-          or not (v_any_day or v_any_weekday) and (v_day or v_weekday)) then
-      return true;
-    end if;
-    if v_at = v_local then
-      if v_skipped <= interval '0' then
-        return false;
-      end if;
-      v_at := date_trunc('second', v_local - v_skipped);
-    else
-      v_at := v_at + interval '1 second';
-    end if;
-    if v_at >= v_local then
-      return false;
-    end if;
-  end loop;
-end;
-$$;
-
--- Starts only the slots the cron expression names (see 0173_function_start_scheduled_runs.sql).
-create or replace function pgflow.start_scheduled_runs(
-  flow_slug text,
-  schedule_name text,
-  slots timestamptz[],
-  passed_through timestamptz default null
-)
-returns table (slot timestamptz, run_id uuid, created boolean)
-language plpgsql
-volatile
-security definer
-set search_path = ''
-as $$
-declare
-  v_schedule pgflow.schedules;
-  v_slot timestamptz;
-  v_run pgflow.runs;
-  v_now timestamptz := clock_timestamp();
-  v_slots timestamptz[];
-  v_unit text;
-begin
-  perform pgflow._require_flow_route(flow_slug);
-  select * into v_schedule from pgflow.schedules as s
-  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
-  for update;
-  if not found then
-    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
-      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
-  end if;
-  if v_schedule.paused_at is not null then
-    return;
-  end if;
-  -- The slots that may start: past ones the cron expression names (or, for syntax the engine
-  -- does not read, any cron expression could name), after the last slot, the latest 100
-  -- (MAX_CATCH_UP).
-  v_unit := case when cardinality(regexp_split_to_array(btrim(v_schedule.cron), '\s+')) = 6
-    then 'second' else 'minute' end;
-  v_slots := array(
-    select x.s from (
-      select distinct s from unnest(slots) as s
-      where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
-        and s = date_trunc(v_unit, s)
-        and coalesce(pgflow._cron_names(v_schedule.cron, v_schedule.timezone, s), true)
-      order by s desc
-      limit 100
-    ) as x
-    order by x.s
-  );
-  foreach v_slot in array v_slots loop
-    select * into v_run from pgflow.start_flow(
-      start_scheduled_runs.flow_slug, v_schedule.input, null,
-      format('schedule:%s:%s', start_scheduled_runs.schedule_name,
-        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
-    slot := v_slot;
-    run_id := v_run.run_id;
-    created := v_run.started_at = now();
-    v_schedule.last_run_id := v_run.run_id;
-    return next;
-  end loop;
-  update pgflow.schedules as s
-  set last_slot_at = greatest(s.last_slot_at,
-      (select max(x) from unnest(v_slots) as x),
-      case when passed_through is not null then least(passed_through, v_now) end),
-    last_run_id = v_schedule.last_run_id
-  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
-end;
-$$;
-
--- A claim reads the session's own live window (see 0154_function_claim_messages.sql).
+-- pgflow._claim_messages: source/0154_function_claim_messages.sql
 create or replace function pgflow._claim_messages(
   flow_slug text,
   queue_name text,
@@ -490,7 +290,75 @@ begin
 end;
 $$;
 
--- The defaults without a catalog lookup when nothing is set (see 0198_function_engine_settings.sql).
+-- pgflow.start_scheduled_runs: source/0173_function_start_scheduled_runs.sql
+create or replace function pgflow.start_scheduled_runs(
+  flow_slug text,
+  schedule_name text,
+  slots timestamptz[],
+  passed_through timestamptz default null
+)
+returns table (slot timestamptz, run_id uuid, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_schedule pgflow.schedules;
+  v_slot timestamptz;
+  v_run pgflow.runs;
+  v_now timestamptz := clock_timestamp();
+  v_slots timestamptz[];
+  v_unit text;
+begin
+  perform pgflow._require_flow_route(flow_slug);
+  select * into v_schedule from pgflow.schedules as s
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name
+  for update;
+  if not found then
+    raise exception 'Flow "%" has no schedule "%".', flow_slug, schedule_name
+      using errcode = 'P0002', hint = '`pgflow-gen schedules` lists them.';
+  end if;
+  if v_schedule.paused_at is not null then
+    return;
+  end if;
+  -- The slots that may start: past ones the cron expression names (or, for syntax the engine
+  -- does not read, any cron expression could name), after the last slot, the latest 100
+  -- (MAX_CATCH_UP).
+  v_unit := case when cardinality(regexp_split_to_array(btrim(v_schedule.cron), '\s+')) = 6
+    then 'second' else 'minute' end;
+  v_slots := array(
+    select x.s from (
+      select distinct s from unnest(slots) as s
+      where s > coalesce(v_schedule.last_slot_at, '-infinity'::timestamptz) and s <= v_now
+        and s = date_trunc(v_unit, s)
+        and coalesce(pgflow._cron_names(v_schedule.cron, v_schedule.timezone, s), true)
+      order by s desc
+      limit 100
+    ) as x
+    order by x.s
+  );
+  foreach v_slot in array v_slots loop
+    select * into v_run from pgflow.start_flow(
+      start_scheduled_runs.flow_slug, v_schedule.input, null,
+      format('schedule:%s:%s', start_scheduled_runs.schedule_name,
+        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+    slot := v_slot;
+    run_id := v_run.run_id;
+    created := v_run.started_at = now();
+    v_schedule.last_run_id := v_run.run_id;
+    return next;
+  end loop;
+  update pgflow.schedules as s
+  set last_slot_at = greatest(s.last_slot_at,
+      (select max(x) from unnest(v_slots) as x),
+      case when passed_through is not null then least(passed_through, v_now) end),
+    last_run_id = v_schedule.last_run_id
+  where s.flow_slug = start_scheduled_runs.flow_slug and s.schedule_name = start_scheduled_runs.schedule_name;
+end;
+$$;
+
+-- pgflow._engine_settings: source/0198_function_engine_settings.sql
 create or replace function pgflow._engine_settings(
   out heartbeat_interval text,
   out live_within text,
@@ -537,5 +405,141 @@ begin
 end;
 $$;
 
--- No engine function runs for PUBLIC (engine 0019): the new ones included.
+-- pgflow._cron_values: source/0203_function_cron_values.sql
+create function pgflow._cron_values(field text, field_index int)
+returns int[]
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_low int := (array[0, 0, 0, 1, 1, 0])[field_index + 1];
+  v_high int := (array[59, 59, 23, 31, 12, 6])[field_index + 1];
+  v_names text[] := case field_index
+    when 4 then array['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec']
+    when 5 then array['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat']
+  end;
+  v_item text;
+  v_parts text[];
+  v_from int;
+  v_to int;
+  v_step int;
+  v_values int[] := '{}';
+begin
+  if field = '*' or field = '?' and field_index in (3, 5) then
+    return array(select generate_series(v_low, v_high));
+  end if;
+  foreach v_item in array string_to_array(field, ',') loop
+    v_parts := regexp_match(v_item, '^(\*|[a-z]{3}|[0-9]{1,2})(?:-([a-z]{3}|[0-9]{1,2}))?(?:/([0-9]{1,2}))?$');
+    if v_parts is null or v_parts[1] = '*' and (v_parts[2] is not null or v_parts[3] is null) then
+      return null;
+    end if;
+    v_step := coalesce(v_parts[3]::int, 1);
+    if v_parts[1] = '*' then
+      v_from := v_low;
+      v_to := v_high;
+    else
+      v_from := case when v_parts[1] ~ '^[0-9]' then v_parts[1]::int
+        else array_position(v_names, v_parts[1]) - 1 + v_low end;
+      v_to := case
+        when v_parts[2] ~ '^[0-9]' then v_parts[2]::int
+        when v_parts[2] is not null then array_position(v_names, v_parts[2]) - 1 + v_low
+        when v_parts[3] is not null then v_high
+        else v_from
+      end;
+      if v_from is null or v_to is null then
+        return null;  -- a name the field does not have
+      end if;
+      if field_index = 5 and v_from = 7 and v_parts[2] is null and v_parts[3] is null then
+        v_from := 0;
+        v_to := 0;
+      end if;
+      if v_from < v_low or v_to > v_high or (v_parts[2] is not null or v_parts[3] is not null) and v_from >= v_to then
+        return null;
+      end if;
+    end if;
+    if v_step < 1 then
+      return null;
+    end if;
+    v_values := v_values || array(select generate_series(v_from, v_to, v_step));
+  end loop;
+  return v_values;
+end;
+$$;
+
+-- pgflow._cron_names: source/0204_function_cron_names.sql
+create function pgflow._cron_names(cron text, timezone text, slot timestamptz)
+returns boolean
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_fields text[] := regexp_split_to_array(lower(btrim(cron)), '\s+');
+  v_seconds int[];
+  v_minutes int[];
+  v_hours int[];
+  v_days int[];
+  v_months int[];
+  v_weekdays int[];
+  v_any_day boolean;
+  v_any_weekday boolean;
+  v_day boolean;
+  v_weekday boolean;
+  v_local timestamp := slot at time zone timezone;
+  -- How much further than an hour the local clock went in the hour before the slot.
+  v_skipped interval := v_local - ((slot - interval '1 hour') at time zone timezone) - interval '1 hour';
+  v_at timestamp;
+begin
+  if cardinality(v_fields) = 5 then
+    v_fields := array['0'] || v_fields;
+  elsif cardinality(v_fields) = 6 then
+    v_fields := array[v_fields[6]] || v_fields[1:5];
+  else
+    return null;
+  end if;
+  v_seconds := pgflow._cron_values(v_fields[1], 0);
+  v_minutes := pgflow._cron_values(v_fields[2], 1);
+  v_hours := pgflow._cron_values(v_fields[3], 2);
+  v_days := pgflow._cron_values(v_fields[4], 3);
+  v_months := pgflow._cron_values(v_fields[5], 4);
+  v_weekdays := pgflow._cron_values(v_fields[6], 5);
+  if v_seconds is null or v_minutes is null or v_hours is null or v_days is null
+      or v_months is null or v_weekdays is null then
+    return null;
+  end if;
+  v_any_day := v_fields[4] in ('*', '?')
+    or strpos(v_fields[6], '*') > 0 and v_days @> array(select generate_series(1, 31));
+  v_any_weekday := v_fields[6] in ('*', '?')
+    or strpos(v_fields[4], '*') > 0 and v_weekdays @> array(select generate_series(0, 6));
+  -- The slot itself, then each whole second the clock skipped up to v_skipped before it.
+  v_at := v_local;
+  loop
+    v_day := extract(day from v_at)::int = any (v_days);
+    v_weekday := extract(dow from v_at)::int = any (v_weekdays);
+    if date_trunc('second', v_at) = v_at
+        and (v_at = v_local or (v_at at time zone timezone) at time zone timezone <> v_at)
+        and extract(second from v_at)::int = any (v_seconds)
+        and extract(minute from v_at)::int = any (v_minutes)
+        and extract(hour from v_at)::int = any (v_hours)
+        and extract(month from v_at)::int = any (v_months)
+        and ((v_any_day or v_any_weekday) and (v_any_day or v_day) and (v_any_weekday or v_weekday)
+          or not (v_any_day or v_any_weekday) and (v_day or v_weekday)) then
+      return true;
+    end if;
+    if v_at = v_local then
+      if v_skipped <= interval '0' then
+        return false;
+      end if;
+      v_at := date_trunc('second', v_local - v_skipped);
+    else
+      v_at := v_at + interval '1 second';
+    end if;
+    if v_at >= v_local then
+      return false;
+    end if;
+  end loop;
+end;
+$$;
+-- No engine function runs for PUBLIC (engine 0019), those above included.
 revoke execute on all functions in schema pgflow from public;

@@ -1,12 +1,14 @@
-"""A comparable snapshot of everything the engine defines in schema `pgflow`."""
+"""A comparable snapshot of everything the engine defines in schema `pgflow`: what the source
+files and the migrations must build alike (tests/migrations), and what the migration writer
+compares (`pgflow_gen.runtime.sql.writer`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
-QUERIES = {
+QUERIES: dict[str, LiteralString] = {
     "columns": """
         select table_name, column_name, data_type, domain_schema, domain_name, is_nullable,
           column_default, ordinal_position
