@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project, runs
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
@@ -183,14 +182,10 @@ def _extra() -> Any:
 
 
 def _check_database(args: argparse.Namespace) -> None:
-    """Reach the database now, so a wrong URL or an old engine is one line, not a traceback."""
-    with runs.connect(args) as conn:
-        row = conn.execute(cli_queries.HAS_OPERATOR_ACTIONS).fetchone()
-    if not row or not row["present"]:
-        raise errors.ConfigError(
-            "The database's pgflow engine is older than the dashboard (it needs engine 0020).",
-            hint="Run `pgflow-gen db migrate` against this database first.",
-        )
+    """Reach the database now, so a wrong URL or an engine outside the support window is one
+    error and its hint, not a traceback."""
+    with runs.connect(args):
+        pass
 
 
 def _serve(app: Starlette, args: argparse.Namespace, what: str, path: str = "/") -> None:

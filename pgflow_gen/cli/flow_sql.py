@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgflow_gen.cli import queries as cli_queries
-from pgflow_gen.errors import DatabaseError, PgflowError, UsageError
+from pgflow_gen.engine import support
+from pgflow_gen.errors import PgflowError, UsageError
 
 Style = Literal["flyway", "dbmate", "supabase", "alembic"]
 STYLES: tuple[Style, ...] = ("flyway", "dbmate", "supabase", "alembic")
@@ -54,11 +54,7 @@ def apply(
     conn: psycopg.Connection[Any], files: list[Path], on_applied: Callable[[Applied], None]
 ) -> list[Applied]:
     """Run each file in its own transaction, in order; stop at the first that fails."""
-    if conn.execute(cli_queries.HAS_ENGINE).fetchone() == (None,):
-        raise DatabaseError(
-            "The database has no pgflow engine.",
-            hint="Run `pgflow-gen db migrate` against this database first.",
-        )
+    support.require(conn)
     notices: list[str] = []
     conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
     done = []

@@ -118,11 +118,6 @@ def _limits(args: argparse.Namespace) -> int:
             row = runs.act(
                 conn, cli_queries.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
             ).fetchone()
-        except psycopg.errors.UndefinedFunction:
-            raise UsageError(
-                "This database's engine has no step limits (engine 0017).",
-                hint="Upgrade it with `pgflow-gen db migrate`.",
-            ) from None
         except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
             raise client_module.InvalidStepLimitsError(
                 exc.diag.message_primary or str(exc), hint=exc.diag.message_hint

@@ -18,13 +18,6 @@ PGMQ_VERSION: Final[LiteralString] = (
     " (select obj_description(oid, 'pg_namespace') from pg_namespace where nspname = 'pgmq'),"
     " (select 'SQL install' from pg_namespace where nspname = 'pgmq'))"
 )
-#: () -> whether the engine records operators' actions itself ("present"; engine 0020, which
-#: the dashboard needs).
-HAS_OPERATOR_ACTIONS: Final[LiteralString] = (
-    "select to_regproc('pgflow._record_action') is not null as present"
-)
-#: The OID of ensure_flow_compiled (NULL without the engine): may flow migrations run here?
-HAS_ENGINE: Final[LiteralString] = "select to_regproc('pgflow.ensure_flow_compiled')"
 
 # -- flows and runs ------------------------------------------------------------------------------
 #: Every compiled flow's slug, in order.
@@ -83,10 +76,8 @@ RUN_STEPS: Final[LiteralString] = (
 #: failed step and that step's error.
 RUNS: Final[LiteralString] = (
     "select r.run_id, r.flow_slug, r.status, r.started_at,"
-    # Through to_jsonb: an engine before 0010 has no such columns.
-    " coalesce(r.completed_at, r.failed_at, (to_jsonb(r) ->> 'cancelled_at')::timestamptz)"
-    " as ended, f.step_slug as failed_step, f.error_message,"
-    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason"
+    " coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended,"
+    " f.step_slug as failed_step, f.error_message, r.cancel_reason"
     " from pgflow.runs as r"
     " left join lateral ("
     "   select ss.step_slug, ss.error_message from pgflow.step_states as ss"
@@ -153,18 +144,10 @@ WORKERS: Final[LiteralString] = (
     " from pgflow.workers where %s or stopped_at is null"
     " order by queue_name, started_at"
 )
-#: () -> whether the engine has step pauses ("present"; engine 0010).
-HAS_STEP_PAUSES: Final[LiteralString] = (
-    "select to_regclass('pgflow.step_pauses') is not null as present"
-)
 #: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
 #: its workers may change it the moment it commits.
 RETRY_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
-)
-#: () -> whether the engine has schedules ("present"; engine 0017).
-HAS_SCHEDULES: Final[LiteralString] = (
-    "select to_regclass('pgflow.schedules') is not null as present"
 )
 #: (flow slug or NULL, twice) -> every schedule (of that flow) with its last run's status.
 SCHEDULES: Final[LiteralString] = (
@@ -181,18 +164,10 @@ SCHEDULE_NAMES: Final[LiteralString] = (
 PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
 #: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).
 RESUME_SCHEDULE: Final[LiteralString] = "select * from pgflow.resume_schedule(%s, %s)"
-#: () -> whether the engine has step limits ("present"; engine 0017).
-HAS_STEP_LIMITS: Final[LiteralString] = (
-    "select to_regproc('pgflow.step_limit_usage') is not null as present"
-)
 #: () -> every limited step with its limits, who set them, and their use now (engine 0017).
 STEP_LIMIT_USAGE: Final[LiteralString] = (
     "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
     " in_flight, window_starts, updated_at from pgflow.step_limit_usage()"
-)
-#: () -> whether the engine has concurrency keys ("present"; engine 0018).
-HAS_CONCURRENCY: Final[LiteralString] = (
-    "select to_regproc('pgflow.concurrency_usage') is not null as present"
 )
 #: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"

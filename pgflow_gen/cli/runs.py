@@ -30,6 +30,7 @@ from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
+from pgflow_gen.engine import support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
@@ -155,11 +156,7 @@ Pauses = dict[tuple[str, str], dict[str, Any]]
 
 
 def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
-    """The paused steps by (flow, step), with their reason and since when (none before engine
-    0010, which has no pauses)."""
-    row = conn.execute(cli_queries.HAS_STEP_PAUSES).fetchone()
-    if row is None or not row["present"]:
-        return {}
+    """The paused steps by (flow, step), with their reason and since when."""
     return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_PAUSES)}
 
 
@@ -167,17 +164,11 @@ Limits = dict[tuple[str, str], dict[str, Any]]
 
 
 def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
-    """The limited steps by (flow, step), with their limits and use now (none before engine
-    0017, which has no limits), and, since engine 0018, the keyed ones with their keys."""
-    row = conn.execute(cli_queries.HAS_STEP_LIMITS).fetchone()
-    if row is None or not row["present"]:
-        return {}
+    """The limited steps by (flow, step), with their limits and use now, and the keyed ones
+    with their keys."""
     limits = {
         (r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_LIMIT_USAGE)
     }
-    row = conn.execute(cli_queries.HAS_CONCURRENCY).fetchone()
-    if row is None or not row["present"]:
-        return limits
     return client_module.with_concurrency(limits, conn.execute(cli_queries.CONCURRENCY_USAGE))
 
 
@@ -209,8 +200,16 @@ def _pause_cell(pause: dict[str, Any] | None) -> str | None:
 
 
 def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
+    """A connection to the project's database, whose engine is inside this release's support
+    window (DatabaseError otherwise: one line saying to migrate)."""
     url = project.database_url(args.database_url)
-    return psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    try:
+        support.require(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def act(

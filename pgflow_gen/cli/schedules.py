@@ -98,12 +98,7 @@ def _list(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
         if args.only_flow is not None:
             runs.require_flow(conn, args.only_flow)
-        present = conn.execute(cli_queries.HAS_SCHEDULES).fetchone()
-        rows = (
-            conn.execute(cli_queries.SCHEDULES, (args.only_flow, args.only_flow)).fetchall()
-            if present and present["present"]
-            else []
-        )
+        rows = conn.execute(cli_queries.SCHEDULES, (args.only_flow, args.only_flow)).fetchall()
     for row in rows:
         row["next_run_at"] = _next(row)
     if args.format == "json":

@@ -105,15 +105,12 @@ async def routes(conn: Connection) -> list[Route]:
     live_within = await _one(conn, q.LIVE_WITHIN)
     rows = await (await conn.execute(q.ROUTES, (live_within["seconds"],))).fetchall()
     metrics = {m["queue_name"]: m for m in await (await conn.execute(q.QUEUE_METRICS)).fetchall()}
-    limits = {}
-    if (await _one(conn, q.HAS_STEP_LIMITS))["present"]:
-        limits = {
-            (r["flow_slug"], r["step_slug"]): r
-            for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
-        }
-    if (await _one(conn, q.HAS_CONCURRENCY))["present"]:
-        usage = await (await conn.execute(q.CONCURRENCY_USAGE)).fetchall()
-        limits = with_concurrency(limits, usage)
+    limits = {
+        (r["flow_slug"], r["step_slug"]): r
+        for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
+    }
+    usage = await (await conn.execute(q.CONCURRENCY_USAGE)).fetchall()
+    limits = with_concurrency(limits, usage)
     found = []
     for row in rows:
         m = metrics.get(row["queue_name"], {})

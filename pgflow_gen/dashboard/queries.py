@@ -99,18 +99,10 @@ QUEUE_METRICS: Final[LiteralString] = (
     " lateral pgmq.metrics(used.queue_name) as m"
     " order by m.queue_name"
 )
-#: () -> whether the engine has step limits ("present"; engine 0017).
-HAS_STEP_LIMITS: Final[LiteralString] = (
-    "select to_regproc('pgflow.step_limit_usage') is not null as present"
-)
 #: () -> every limited step with its limits and their use now (engine 0017).
 STEP_LIMITS: Final[LiteralString] = (
     "select flow_slug, step_slug, max_in_flight, in_flight, rate_limit, rate_period_s,"
     " window_starts from pgflow.step_limit_usage()"
-)
-#: () -> whether the engine has concurrency keys ("present"; engine 0018).
-HAS_CONCURRENCY: Final[LiteralString] = (
-    "select to_regproc('pgflow.concurrency_usage') is not null as present"
 )
 #: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"

@@ -34,6 +34,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
+from pgflow_gen.engine import support
 from pgflow_gen.runtime import database, errors, inputs, queries, roles, tracing
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
@@ -421,8 +422,10 @@ class Client:
             if self._pool is not None:
                 return self._pool
             # The pool connects in the background and only says "timeout" when it cannot; one
-            # connection first says at once what is wrong (a bad URL, a server that is down).
-            self.connect().close()
+            # connection first says at once what is wrong (a bad URL, a server that is down, an
+            # engine outside the support window).
+            with self.connect() as first:
+                support.require(first)
             pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
                 psycopg_pool.ConnectionPool(
                     self.url,
@@ -477,8 +480,7 @@ class Client:
         race; its `run_id` then differs from one passed here. A key lives as long as its run.
 
         Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
-        compiled in the database, DatabaseError for anything else the database refuses (a key
-        on an engine before 0010).
+        compiled in the database, DatabaseError for anything else the database refuses.
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         validate_input(plain, input)
@@ -537,7 +539,7 @@ class Client:
         Raises InvalidRunInputError naming the first bad input's position from 1 (nothing
         written), ValueError when the keys do not pair with the inputs, FlowNotFoundError when
         the flow is not compiled in the database, DatabaseError for anything else the database
-        refuses (an engine before 0014).
+        refuses.
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         if idempotency_keys is not None and len(idempotency_keys) != len(inputs):
@@ -582,7 +584,7 @@ class Client:
         change nothing.
 
         Raises RunNotFoundError, RunFinishedError when it is not started (nothing changed),
-        DatabaseError for anything else the database refuses (an engine before 0010).
+        DatabaseError for anything else the database refuses.
         """
         with self.connection() as conn:
             try:
@@ -598,8 +600,7 @@ class Client:
         and do not run again (in a map, only the failed and unfinished elements run).
 
         Raises RunNotFoundError, RunNotFailedError when it is not failed or its flow has changed
-        since (nothing changed), DatabaseError for anything else the database refuses (an
-        engine before 0011).
+        since (nothing changed), DatabaseError for anything else the database refuses.
         """
         with self.connection() as conn:
             try:
@@ -653,7 +654,7 @@ class Client:
         Pausing a paused step keeps when it was paused and takes the new reason.
 
         Raises FlowNotFoundError or StepNotFoundError, DatabaseError for anything else the
-        database refuses (an engine before 0010).
+        database refuses.
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         with self.connection() as conn, conn.cursor(row_factory=class_row(StepPause)) as cur:

@@ -123,10 +123,7 @@ class Context(Generic[InputT]):
     def flow_input(self) -> InputT:
         if self._flow_input is not None:
             return self._flow_input  # type: ignore[no-any-return]
-        try:
-            row = self.connection.execute(queries.RUN_INPUT, (self.run_id,)).fetchone()
-        except psycopg.errors.UndefinedFunction:  # an engine before 0019 (autocommit: no harm)
-            row = self.connection.execute(queries.RUN_INPUT_TABLE, (self.run_id,)).fetchone()
+        row = self.connection.execute(queries.RUN_INPUT, (self.run_id,)).fetchone()
         value: Any = row[0] if row else None
         object.__setattr__(self, "_flow_input", value)
         return value  # type: ignore[no-any-return]

@@ -4,7 +4,7 @@ A worker heartbeats every `heartbeat_interval` seconds; it counts as live (cover
 `start --wait`) while its last heartbeat is younger than `live_within`, and stall recovery takes
 its tasks once it is older than `stalled_after`. The engine's twin is `pgflow.worker_liveness()`
 (engine 0008), where an operator may change the rule per database (`pgflow.stalled_after`...);
-a worker reads the engine's rule when it starts and uses these defaults on an older engine.
+a worker reads the engine's rule when it starts.
 A test keeps the two in step.
 
 >>> DEFAULT.live_within / DEFAULT.heartbeat_interval

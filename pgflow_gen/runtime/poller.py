@@ -58,7 +58,7 @@ class Poller:
         self.stopping = stopping
         #: Held messages of paused steps already logged (see _say_paused).
         self._held_seen: set[int] = set()
-        #: Said once: the runs' trace contexts could not be read (an engine before 0016).
+        #: Said once: the runs' trace contexts could not be read.
         self._said_untraced = False
         #: Seconds until the queue's next hidden message shows again, from the last poll that
         #: read less than it asked for (None: unknown, or nothing hidden).
@@ -109,8 +109,7 @@ class Poller:
 
     async def read_and_claim(self, session: Session, wanted: int) -> int:
         """Read up to `wanted` messages (fewer when slots filled meanwhile), claim their tasks
-        and start them; the number read. One call (engine 0012), or a read and a claim on an
-        older engine."""
+        and start them, in one call; the number read."""
         a = self.assignment
         async with self._claiming:
             wanted = min(wanted, self.slots.free())
@@ -119,16 +118,6 @@ class Poller:
             claim = await session.read_and_claim(
                 a.flow.slug, a.queue_name, self.worker_id, wanted, self.read_visibility, a.step_slug
             )
-            if claim is None:
-                ids = await session.read_messages(a.queue_name, self.read_visibility, wanted)
-                if not ids:
-                    return 0
-                claim = await session.claim_tasks(
-                    a.flow.slug, ids, self.worker_id, a.queue_name, a.step_slug
-                )
-                claim = claim._replace(
-                    unclaimed=tuple(set(ids) - {task.msg_id for task in claim.tasks})
-                )
             read = await self._take(session, claim)
             self._busy = read == wanted
             return read
@@ -136,10 +125,9 @@ class Poller:
     async def complete_and_claim(self, session: Session) -> bool:
         """Send the results at the head of the reports that are successes and claim into the
         slots they free, in one call; whether they were sent. False (nothing sent, nothing
-        claimed) when there are none, the worker is stopping, the engine has no such call
-        (before 0014), or it refused them (`reporting.send_reports` then finds the one it
-        refuses). Raises the psycopg error of a lost connection or a transient failure, with
-        the results kept."""
+        claimed) when there are none, the worker is stopping, or the engine refused them
+        (`reporting.send_reports` then finds the one it refuses). Raises the psycopg error of
+        a lost connection or a transient failure, with the results kept."""
         slots = self.slots
         a = self.assignment
         # Worth a read when the queue had more than the last claim took, or when the results'
@@ -169,8 +157,6 @@ class Poller:
                 raise
             except (ValueError, TypeError, RecursionError):
                 return False  # an output JSON cannot hold: sent one by one, it fails its task
-            if done is None:
-                return False
             del slots.reports[: len(batch)]
             for report, row in zip(batch, done.rows, strict=True):
                 reporting.log_if_stale(report, row, self.log, slots.metrics)

@@ -11,16 +11,12 @@ from __future__ import annotations
 from typing import Final, LiteralString
 
 # -- startup -------------------------------------------------------------------------------------
-#: The OID of a function (NULL when it does not exist): is the engine new enough?
-FUNCTION_EXISTS: Final[LiteralString] = "select to_regprocedure(%s)"
 #: Compile a flow, or verify it matches: (slug, shape, queue mode, route map) -> status JSON.
 ENSURE_FLOW_COMPILED: Final[LiteralString] = "select pgflow.ensure_flow_compiled(%s, %s, %s, %s)"
-#: Whether this session's role may compile flows (engine 0019 grants it to admins only; an
-#: engine before 0019 lets everyone who may connect).
+#: Whether this session's role may compile flows (engine 0019 grants it to admins only).
 MAY_COMPILE: Final[LiteralString] = (
-    "select case when to_regprocedure('pgflow.verify_flow_compiled(text, jsonb, text, jsonb)')"
-    " is null then true else has_function_privilege("
-    "'pgflow.ensure_flow_compiled(text, jsonb, text, jsonb)', 'execute') end"
+    "select has_function_privilege("
+    "'pgflow.ensure_flow_compiled(text, jsonb, text, jsonb)', 'execute')"
 )
 #: Verify a flow matches, changing nothing (engine 0019): the same arguments and result as
 #: ENSURE_FLOW_COMPILED, or status "missing".
@@ -29,25 +25,11 @@ VERIFY_FLOW_COMPILED: Final[LiteralString] = "select pgflow.verify_flow_compiled
 REGISTER_WORKER: Final[LiteralString] = "select from pgflow.register_worker(%s, %s, %s, %s, %s)"
 #: One worker at a time sets up insert notifications: (namespace, key).
 LOCK_FOR_TRANSACTION: Final[LiteralString] = "select pg_advisory_xact_lock(%s, %s)"
-#: Whether this PGMQ has insert notifications at all.
-PGMQ_HAS_NOTIFICATIONS: Final[LiteralString] = (
-    "select to_regclass('pgmq.notify_insert_throttle') is not null"
-)
-#: Whether a queue's inserts already notify: (queue).
-QUEUE_NOTIFIES: Final[LiteralString] = (
-    "select exists (select 1 from pgmq.notify_insert_throttle where queue_name = %s)"
-)
 #: The engine's worker liveness rule in seconds: heartbeat interval, live within, stalled after.
 WORKER_LIVENESS: Final[LiteralString] = (
     "select extract(epoch from heartbeat_interval)::float8,"
     " extract(epoch from live_within)::float8, extract(epoch from stalled_after)::float8"
     " from pgflow.worker_liveness()"
-)
-#: Make a queue's inserts notify, unthrottled, PGMQ's way (an engine before 0013): (queue).
-ENABLE_NOTIFICATIONS: Final[LiteralString] = "select pgmq.enable_notify_insert(%s, 0)"
-#: Whether the engine has its own insert notifications (engine 0013).
-ENGINE_HAS_NOTIFICATIONS: Final[LiteralString] = (
-    "select to_regprocedure('pgflow.enable_insert_notifications(text)') is not null"
 )
 #: One notification per inserting statement instead of PGMQ's per-row trigger: (queue).
 ENABLE_STATEMENT_NOTIFICATIONS: Final[LiteralString] = (
@@ -55,15 +37,9 @@ ENABLE_STATEMENT_NOTIFICATIONS: Final[LiteralString] = (
 )
 
 # -- polling -------------------------------------------------------------------------------------
-#: Read up to n visible messages and hide them for a while: (queue, seconds, n).
-READ_MESSAGES: Final[LiteralString] = "select msg_id from pgmq.read(%s, %s, %s)"
 #: Read up to n messages and claim their tasks in one call (engine 0012): (flow, queue, worker
 #: id, n, seconds hidden, step or NULL) -> the claimed tasks.
 READ_AND_CLAIM: Final[LiteralString] = "select * from pgflow.read_and_claim(%s, %s, %s, %s, %s, %s)"
-#: Claim the queued tasks of messages read, flow mode: (flow, msg ids, worker id, queue).
-CLAIM_TASKS: Final[LiteralString] = "select * from pgflow.claim_tasks(%s, %s, %s, %s)"
-#: The same for one step of a step-queued flow: (flow, msg ids, worker id, queue, step).
-CLAIM_STEP_TASKS: Final[LiteralString] = "select * from pgflow.claim_tasks(%s, %s, %s, %s, %s)"
 #: Hide messages again, each for its own seconds: (queue, msg ids, seconds).
 SET_VISIBILITY: Final[LiteralString] = (
     "select from pgflow.set_vt_batch(%s, %s::bigint[], %s::int[])"
@@ -102,10 +78,6 @@ HEARTBEAT: Final[LiteralString] = "select pgflow.heartbeat_worker(%s)"
 TRACE_CONTEXTS: Final[LiteralString] = (
     "select run_id, traceparent from pgflow.run_trace_contexts(%s)"
 )
-#: The same from the table, on an engine from 0016 to 0018.
-TRACE_CONTEXTS_TABLE: Final[LiteralString] = (
-    "select run_id, traceparent from pgflow.runs where run_id = any(%s)"
-)
 #: (run ids) -> the ones the engine cancelled (engine 0020): a run:cancelled notification is
 #: confirmed here before a worker stops the run's handlers.
 CANCELLED_RUNS: Final[LiteralString] = "select c from pgflow.cancelled_runs(%s) as c"
@@ -133,8 +105,6 @@ PING: Final[LiteralString] = "select 1"
 #: (run id) -> the run input, for `ctx.flow_input()` of tasks that do not carry it (engine 0019;
 #: a step's own role reads only runs with a task of its step).
 RUN_INPUT: Final[LiteralString] = "select pgflow.run_input(%s)"
-#: The same from the table, on an engine before 0019.
-RUN_INPUT_TABLE: Final[LiteralString] = "select input from pgflow.runs where run_id = %s"
 #: (run id) -> the run's status (the testing kit's loop).
 RUN_STATUS: Final[LiteralString] = "select status from pgflow.runs where run_id = %s"
 #: (run id) -> each step's (slug, status, remaining tasks), for the testing kit's messages.
@@ -167,13 +137,8 @@ START_FLOWS: Final[LiteralString] = (
 #: (run id) -> the run's row, as `Run` takes it.
 READ_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
-    # Through to_jsonb: an engine before 0010 has no such columns (a client upgraded first).
-    " (to_jsonb(r) ->> 'cancelled_at')::timestamptz as cancelled_at,"
-    " to_jsonb(r) ->> 'cancel_reason' as cancel_reason,"
-    " to_jsonb(r) ->> 'idempotency_key' as idempotency_key,"
-    " coalesce((to_jsonb(r) ->> 'retry_count')::int, 0) as retry_count,"
-    " (to_jsonb(r) ->> 'retried_at')::timestamptz as retried_at"
-    " from pgflow.runs as r where run_id = %s"
+    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.runs where run_id = %s"
 )
 #: (run id) -> the run retried (engine 0011).
 RETRY_RUN: Final[LiteralString] = "select run_id from pgflow.retry_run(%s)"

@@ -4,7 +4,8 @@ creates and grants them (`pgflow-gen db roles`).
 Four group roles (NOLOGIN; grant them to login roles):
 - reader reads runs, queues and coverage (dashboards, metrics, `status`);
 - client starts, cancels, retries and signals runs, and reads them (a member of reader);
-- worker registers, heartbeats, claims, completes and fails tasks, and reads no table;
+- worker registers, heartbeats, claims, completes and fails tasks, and reads no table but the
+  migrations' (which engine version it runs on);
 - admin compiles flows, deletes, prunes, pauses and changes limits (a member of client).
 
 Every function a role may call runs as the engine's owner (security definer) and checks its
@@ -241,6 +242,10 @@ def group_statements(conn: psycopg.Connection[Any], names: RoleNames) -> list[sq
             )
         elif kind == "worker":
             out.append(_comment("worker: claims and reports tasks through functions; no table"))
+            # But the engine's version, which workers check once (the support window).
+            out.append(
+                sql.SQL("grant select on pgflow.schema_migrations to {};").format(role["worker"])
+            )
         elif kind == "admin":
             out.append(_comment("admin: compiles, deletes, prunes, pauses, changes limits"))
         out += _execute_grants(conn, FUNCTIONS[kind], role[kind])

@@ -157,7 +157,7 @@ class Scheduler:
     async def run(self, database_url: str, prepare_threshold: int | None) -> None:
         """Tick until cancelled, on a connection of its own while the database has schedules
         (none otherwise: it looks again every IDLE_CHECK_S), reconnecting after it is lost
-        (said once per outage). Returns at once when the engine has no schedules (before 0017)."""
+        (said once per outage)."""
         conn: psycopg.AsyncConnection[Any] | None = None
         down = False
         try:
@@ -175,9 +175,6 @@ class Scheduler:
                         await conn.close()
                         conn = None
                         wait = IDLE_CHECK_S
-                except psycopg.errors.UndefinedTable:
-                    self.log.info("scheduler: this engine has no schedules (before 0017); off")
-                    return
                 except psycopg.OperationalError as exc:
                     if not down:
                         self.log.warning(

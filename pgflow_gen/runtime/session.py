@@ -24,7 +24,7 @@ from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
-from pgflow_gen.runtime.liveness import DEFAULT, Liveness
+from pgflow_gen.runtime.liveness import Liveness
 from pgflow_gen.runtime.task_runner import ClaimedTask
 
 #: Advisory lock keys in namespace 2 (namespace 1 belongs to migrations).
@@ -67,7 +67,7 @@ class Claim(NamedTuple):
     unclaimed: tuple[int, ...] = ()
     #: When it read fewer than it asked for: in how many seconds the queue's next hidden
     #: message (a retry's delay, a start delay, a lease) shows again; None when none is hidden
-    #: or the engine does not say (before 0012).
+    #: or the engine does not say.
     next_visible_in: float | None = None
     #: The messages it held back because their step was at a limit (engine 0017).
     limited: tuple[int, ...] = ()
@@ -94,9 +94,9 @@ class Session(Protocol):
     async def compile_flow(
         self, flow: Flow[Any, Any, Any], mode: QueueMode, route_map: Sequence[Mapping[str, str]]
     ) -> startup.Compilation: ...
-    async def enable_notifications(self, queue: str) -> bool: ...
+    async def enable_notifications(self, queue: str) -> None: ...
     async def liveness(self) -> Liveness:
-        """The engine's worker liveness rule (its defaults on an engine older than 0008)."""
+        """The engine's worker liveness rule."""
         ...
 
     async def register_worker(
@@ -112,20 +112,10 @@ class Session(Protocol):
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Claim | None:
-        """Read up to `limit` messages and claim their tasks in one call; None on an engine
-        before 0012, which has no such call (then read_messages and claim_tasks)."""
+    ) -> Claim:
+        """Read up to `limit` messages and claim their tasks in one call."""
         ...
 
-    async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]: ...
-    async def claim_tasks(
-        self,
-        flow_slug: str,
-        msg_ids: list[int],
-        worker_id: uuid.UUID,
-        queue: str,
-        step_slug: str | None,
-    ) -> Claim: ...
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None: ...
 
     # results
@@ -134,7 +124,7 @@ class Session(Protocol):
         self, task: ClaimedTask, error: str, not_retried: str | None = None
     ) -> TaskRow:
         """Fail the task's attempt; with `not_retried` (why) permanently, whatever attempts
-        are left (on an engine before 0011, which cannot, as an ordinary failure)."""
+        are left."""
         ...
 
     async def complete_tasks(
@@ -150,10 +140,9 @@ class Session(Protocol):
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Completion | None:
+    ) -> Completion:
         """Complete `tasks` with `outputs` and read and claim up to `limit` tasks, in one call
-        and one transaction; None on an engine before 0014, which has no such call (then
-        complete_tasks, and the poller claims)."""
+        and one transaction."""
         ...
 
     # upkeep
@@ -163,7 +152,7 @@ class Session(Protocol):
 
     async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
         """Keep the leases of `tasks` (results not sent yet), so stall recovery leaves them
-        alone; how many were renewed (0 on an engine before 0008, which has no leases)."""
+        alone; how many were renewed."""
         ...
 
     async def requeue_stalled(self, timeout_s: float) -> int:
@@ -186,7 +175,7 @@ class Session(Protocol):
 
     async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
         """The runs among `run_ids` the engine has cancelled (engine 0020): a run:cancelled
-        notification is only a hint. On an older engine, every run asked about."""
+        notification is only a hint."""
         ...
 
 
@@ -206,11 +195,6 @@ class PsycopgSession:
         self._cut_short = False
         self._next_visible_in: float | None = None
         self._ignored: list[tuple[int, int, str]] = []
-        # Until the engine says it has no such call:
-        self._permanent_failures = True
-        self._one_call_claims = True
-        self._joint_calls = True
-        self._run_functions = True
         conn.add_notice_handler(self._notice)
 
     @classmethod
@@ -236,28 +220,18 @@ class PsycopgSession:
     ) -> startup.Compilation:
         return await startup.compile_flow(self.conn, flow, mode, route_map)
 
-    async def enable_notifications(self, queue: str) -> bool:
-        """Make inserts into `queue` notify its listeners: once per statement (engine 0013), or
-        through PGMQ's per-row trigger on an older engine; False when neither can. One worker at
-        a time (an advisory lock), each queue once."""
+    async def enable_notifications(self, queue: str) -> None:
+        """Make inserts into `queue` notify its listeners, once per statement (engine 0013).
+        One worker at a time (an advisory lock)."""
         async with self.conn.transaction():
             await self.conn.execute(
                 queries.LOCK_FOR_TRANSACTION, (LOCK_NAMESPACE, NOTIFY_SETUP_LOCK)
             )
-            if await self._true(queries.ENGINE_HAS_NOTIFICATIONS, ()):
-                await self.conn.execute(queries.ENABLE_STATEMENT_NOTIFICATIONS, (queue,))
-                return True
-            if not await self._true(queries.PGMQ_HAS_NOTIFICATIONS, ()):
-                return False
-            if not await self._true(queries.QUEUE_NOTIFIES, (queue,)):
-                await self.conn.execute(queries.ENABLE_NOTIFICATIONS, (queue,))
-        return True
+            await self.conn.execute(queries.ENABLE_STATEMENT_NOTIFICATIONS, (queue,))
 
     async def liveness(self) -> Liveness:
         try:
             cursor = await self.conn.execute(queries.WORKER_LIVENESS)
-        except psycopg.errors.UndefinedFunction:
-            return DEFAULT  # an engine before 0008: the rule it has is the default one
         except psycopg.DataError as exc:  # class 22: a setting that is no interval, or out of range
             raise errors.ConfigError(
                 "The database's worker liveness settings cannot be used.",
@@ -285,21 +259,15 @@ class PsycopgSession:
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Claim | None:
-        if not self._one_call_claims:
-            return None
+    ) -> Claim:
         self._archived, self._held, self._unclaimed, self._limited = [], [], [], []
         self._next_visible_in, self._cut_short = None, False
-        try:
-            async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
-                await claim.execute(
-                    queries.READ_AND_CLAIM,
-                    (flow_slug, queue, worker_id, limit, visibility, step_slug),
-                )
-                tasks = await claim.fetchall()
-        except psycopg.errors.UndefinedFunction:
-            self._one_call_claims = False  # an engine before 0012: two calls from now on
-            return None
+        async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+            await claim.execute(
+                queries.READ_AND_CLAIM,
+                (flow_slug, queue, worker_id, limit, visibility, step_slug),
+            )
+            tasks = await claim.fetchall()
         return self._claim(tasks)
 
     async def complete_and_claim(
@@ -312,22 +280,16 @@ class PsycopgSession:
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Completion | None:
-        if not self._joint_calls:
-            return None
+    ) -> Completion:
         results = _result_columns(tasks, outputs)
         self._archived, self._held, self._unclaimed, self._ignored = [], [], [], []
         self._limited, self._next_visible_in, self._cut_short = [], None, False
-        try:
-            async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
-                await claim.execute(
-                    queries.COMPLETE_AND_CLAIM,
-                    (flow_slug, queue, worker_id, limit, visibility, step_slug, *results),
-                )
-                claimed = await claim.fetchall()
-        except psycopg.errors.UndefinedFunction:
-            self._joint_calls = False  # an engine before 0014: results and claims apart
-            return None
+        async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
+            await claim.execute(
+                queries.COMPLETE_AND_CLAIM,
+                (flow_slug, queue, worker_id, limit, visibility, step_slug, *results),
+            )
+            claimed = await claim.fetchall()
         rows: list[TaskRow] = [(task.attempt, "completed") for task in tasks]
         for position, attempts_count, status in self._ignored:
             if 1 <= position <= len(rows):
@@ -345,30 +307,6 @@ class PsycopgSession:
             tuple(self._limited),
             self._cut_short,
         )
-
-    async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
-        cursor = await self.conn.execute(queries.READ_MESSAGES, (queue, visibility, limit))
-        return [row[0] for row in await cursor.fetchall()]
-
-    async def claim_tasks(
-        self,
-        flow_slug: str,
-        msg_ids: list[int],
-        worker_id: uuid.UUID,
-        queue: str,
-        step_slug: str | None,
-    ) -> Claim:
-        self._archived, self._held, self._limited = [], [], []
-        async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
-            if step_slug is None:
-                await claim.execute(queries.CLAIM_TASKS, (flow_slug, msg_ids, worker_id, queue))
-            else:
-                await claim.execute(
-                    queries.CLAIM_STEP_TASKS, (flow_slug, msg_ids, worker_id, queue, step_slug)
-                )
-            return Claim(
-                await claim.fetchall(), self._archived, self._held, limited=tuple(self._limited)
-            )
 
     def _notice(self, diag: psycopg.errors.Diagnostic) -> None:
         """Collect the ids claim_tasks names in its archived-messages warning, its
@@ -419,13 +357,10 @@ class PsycopgSession:
         self, task: ClaimedTask, error: str, not_retried: str | None = None
     ) -> TaskRow:
         key = (task.run_id, task.step_slug, task.task_index)
-        if not_retried is not None and self._permanent_failures:
-            try:
-                return await self._row(
-                    queries.FAIL_TASK_PERMANENTLY, (*key, error, task.attempt, not_retried)
-                )
-            except psycopg.errors.UndefinedFunction:
-                self._permanent_failures = False  # an engine before 0011 retries every failure
+        if not_retried is not None:
+            return await self._row(
+                queries.FAIL_TASK_PERMANENTLY, (*key, error, task.attempt, not_retried)
+            )
         return await self._row(queries.FAIL_TASK, (*key, error, task.attempt))
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
@@ -438,19 +373,16 @@ class PsycopgSession:
     async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
         if not tasks:
             return 0
-        try:
-            cursor = await self.conn.execute(
-                queries.RENEW_LEASES,
-                (
-                    worker_id,
-                    [t.run_id for t in tasks],
-                    [t.step_slug for t in tasks],
-                    [t.task_index for t in tasks],
-                    [t.attempt for t in tasks],
-                ),
-            )
-        except psycopg.errors.UndefinedFunction:
-            return 0  # an engine before 0008 counts leases from the claim only
+        cursor = await self.conn.execute(
+            queries.RENEW_LEASES,
+            (
+                worker_id,
+                [t.run_id for t in tasks],
+                [t.step_slug for t in tasks],
+                [t.task_index for t in tasks],
+                [t.attempt for t in tasks],
+            ),
+        )
         row = await cursor.fetchone()
         return int(row[0]) if row and row[0] else 0
 
@@ -469,13 +401,7 @@ class PsycopgSession:
         await self.conn.execute(queries.MARK_STOPPED, (worker_id,))
 
     async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
-        if self._run_functions:
-            try:
-                cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
-                return {row[0]: row[1] for row in await cursor.fetchall()}
-            except psycopg.errors.UndefinedFunction:
-                self._run_functions = False  # an engine before 0019: the table from now on
-        cursor = await self.conn.execute(queries.TRACE_CONTEXTS_TABLE, (run_ids,))
+        cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
         return {row[0]: row[1] for row in await cursor.fetchall()}
 
     async def listen(self, channel: str) -> None:
@@ -487,10 +413,7 @@ class PsycopgSession:
             yield notify.payload
 
     async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-        try:
-            cursor = await self.conn.execute(queries.CANCELLED_RUNS, (run_ids,))
-        except psycopg.errors.UndefinedFunction:
-            return run_ids  # an engine before 0020 cannot confirm: the notification decides
+        cursor = await self.conn.execute(queries.CANCELLED_RUNS, (run_ids,))
         return [row[0] for row in await cursor.fetchall()]
 
     async def ping(self) -> None:

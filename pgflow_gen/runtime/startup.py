@@ -12,14 +12,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
+from pgflow_gen.engine import support
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors, inputs, queries, roles
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import connection_lost, primary_message
-
-#: The newest engine function the runtime calls: an engine without it is too old.
-NEWEST_ENGINE_FUNCTION = "pgflow.complete_tasks(uuid[], text[], int[], jsonb[], int[])"
-NEWEST_ENGINE_MIGRATION = "0005"
 
 
 class Compilation(NamedTuple):
@@ -42,21 +39,14 @@ async def compile_flow(
     """Compile `flow` (or check it matches what is compiled) and say what happened. A role
     that may not compile (engine 0019's worker role) only verifies.
 
-    Raises DatabaseError (no engine, an engine too old, a lost connection),
+    Raises DatabaseError (no engine, an engine older than the support window, a lost
+    connection),
     FlowCompilationError (the engine refused the flow), FlowShapeMismatchError or
     FlowRoutingMismatchError (a different flow of that slug is compiled).
     """
     done = "compiled"  # or "verified", by a role that may not compile
     try:
-        cursor = await conn.execute(queries.FUNCTION_EXISTS, (NEWEST_ENGINE_FUNCTION,))
-        newest = await cursor.fetchone()
-        if newest is None or newest[0] is None:
-            raise errors.DatabaseError(
-                "The database has no pgflow engine (or an older one).",
-                detail=f"{NEWEST_ENGINE_FUNCTION} (engine migration"
-                f" {NEWEST_ENGINE_MIGRATION}) is missing.",
-                hint="Run `pgflow-gen db migrate` against this database first.",
-            )
+        await support.require_async(conn)
         cursor = await conn.execute(queries.MAY_COMPILE)
         may_compile = await cursor.fetchone()
         if may_compile is not None and not may_compile[0]:

@@ -393,10 +393,10 @@ class WorkerLoop:
             self.log.info("flow %s %s", a.flow.slug, compiled.summary)
 
     async def _enable_notifications(self, session: Session) -> bool:
-        """Make inserts into this queue notify the worker; False when the engine and PGMQ (or
-        this role) cannot, and the worker long-polls instead."""
+        """Make inserts into this queue notify the worker; False when the engine refuses (this
+        role may not), and the worker long-polls instead."""
         try:
-            enabled = await session.enable_notifications(self.assignment.queue_name)
+            await session.enable_notifications(self.assignment.queue_name)
         except psycopg.Error as exc:
             if connection_lost(session, exc):
                 raise errors.DatabaseError(
@@ -408,12 +408,7 @@ class WorkerLoop:
                 self.settings.poll_interval,
             )
             return False
-        if not enabled:
-            self.log.info(
-                "PGMQ has no insert notifications here; polling every %.1f s",
-                self.settings.poll_interval,
-            )
-        return enabled
+        return True
 
     async def _register(self, session: Session) -> None:
         a = self.assignment

@@ -1,8 +1,7 @@
 """Running a whole flow in the test's own process, through the real engine: the flow is compiled,
 a run started, and every task read from its queue, claimed, handled and reported with the same
-engine calls a worker makes (`pgflow.read_and_claim`, or `pgmq.read` and `pgflow.claim_tasks` on
-an engine before 0012, then `complete_task` / `fail_task`), one task at a time, until the run
-completes or fails.
+engine calls a worker makes (`pgflow.read_and_claim`, then `complete_task` / `fail_task`), one
+task at a time, until the run completes or fails.
 
 Retries run at once: when nothing is ready but a retry waits out its backoff, its message is
 made visible now instead of sleeping. Conditions, skips, maps and timeouts behave as with
@@ -184,13 +183,6 @@ class _Runner:
             self.flow.slug, queue.name, queue.worker_id, _BATCH, self.read_visibility,
             queue.step_slug,
         )  # fmt: skip
-        if claim is None:  # an engine before 0012: a read, then a claim
-            ids = await self.session.read_messages(queue.name, self.read_visibility, _BATCH)
-            if not ids:
-                return 0
-            claim = await self.session.claim_tasks(
-                self.flow.slug, ids, queue.worker_id, queue.name, queue.step_slug
-            )
         claimed = claim.tasks
         for task in claimed:
             report = await run_task(

@@ -61,7 +61,8 @@ def test_a_database_without_the_engine_says_to_migrate(
     code, out, err = run_cli(capsys, "dashboard", "--database-url", empty_db_url)
     assert (code, out) == (1, "")
     assert err.splitlines() == [
-        "error: The database's pgflow engine is older than the dashboard (it needs engine 0020).",
+        "error: The database has no pgflow engine (or an older one).",
+        "DETAIL: It has no engine migrations (pgflow.schema_migrations).",
         "HINT: Run `pgflow-gen db migrate` against this database first.",
     ]
 

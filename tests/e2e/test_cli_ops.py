@@ -280,9 +280,26 @@ def test_commands_on_a_database_without_the_engine_say_to_migrate(
     for command in (["start", "e2ePlain"], ["runs"], ["workers"], ["coverage"]):
         code, out = run_cli(capsys, empty_db_url, *command)
         assert code == 1, command
-        [error, hint] = out.splitlines()
-        assert error.startswith("error: The database has no pgflow engine (or an older one): ")
-        assert hint == "HINT: Run `pgflow-gen db migrate` against this database first."
+        assert out.splitlines() == [
+            "error: The database has no pgflow engine (or an older one).",
+            "DETAIL: It has no engine migrations (pgflow.schema_migrations).",
+            "HINT: Run `pgflow-gen db migrate` against this database first.",
+        ], command
+
+
+def test_commands_on_an_engine_older_than_the_support_window_say_to_migrate(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.conn.execute("delete from pgflow.schema_migrations where version >= '0020'")
+    for command in (["runs"], ["workers"], ["limits"], ["schedules"], ["flows"]):
+        code, out = run_cli(capsys, db_url, *command)
+        assert code == 1, command
+        assert out.splitlines() == [
+            "error: The database has no pgflow engine (or an older one).",
+            "DETAIL: Its engine is at migration 0019; this release works with migration 0020"
+            " and later.",
+            "HINT: Run `pgflow-gen db migrate` against this database first.",
+        ], command
 
 
 def test_status_names_the_attempt_each_last_error_came_from(

@@ -4,7 +4,7 @@ before the upgrade can be cancelled after it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -62,29 +62,35 @@ def test_a_run_started_before_the_upgrade_can_be_cancelled(version_9: Engine) ->
     assert engine.poll("single") == []
 
 
-def test_a_client_of_this_release_reads_runs_on_0009_and_says_cancelling_needs_0010(
+def test_a_client_of_this_release_on_0009_is_refused_before_it_reads_or_cancels(
     version_9: Engine, empty_db_url: str
 ) -> None:
+    # 0009 is older than this release's support window (engine/support.py): refused up front.
     version_9.flow("single", {"slug": "only"})
     run_id = version_9.start("single", {})
     with Client(empty_db_url) as client:
-        run = client.get_run(run_id)
-        assert (run.status, run.cancelled_at, run.cancel_reason) == ("started", None, None)
-        with pytest.raises(DatabaseError) as refused:
-            client.cancel_run(run_id)
-    assert refused.value.message == "The database's pgflow engine is too old for this call."
-    assert refused.value.hint == "Run `pgflow-gen db migrate` against this database first."
+        calls: list[Callable[[], object]] = [
+            lambda: client.get_run(run_id),
+            lambda: client.cancel_run(run_id),
+        ]
+        for call in calls:
+            with pytest.raises(DatabaseError) as refused:
+                call()
+            assert refused.value.message == "The database has no pgflow engine (or an older one)."
+            assert refused.value.detail == (
+                "Its engine is at migration 0009; this release works with migration 0020 and later."
+            )
+            assert refused.value.hint == "Run `pgflow-gen db migrate` against this database first."
     assert version_9.run(run_id)["status"] == "started"
 
 
-def test_a_client_of_this_release_starts_runs_on_0009_and_says_keys_need_0010(
+def test_a_client_of_this_release_on_0009_starts_nothing(
     version_9: Engine, empty_db_url: str
 ) -> None:
     version_9.flow("single", {"slug": "only"})
     flow: Flow[Any, Any, Any] = Flow(slug="single", steps=(Step(slug="only"),))
     with Client(empty_db_url) as client:
-        assert client.start_flow(flow, {}).status == "started"
-        with pytest.raises(DatabaseError) as refused:
-            client.start_flow(flow, {}, idempotency_key="k")
-    assert refused.value.message == "The database's pgflow engine is too old for this call."
-    assert version_9.value("select count(*) from pgflow.runs") == 1
+        for key in (None, "k"):
+            with pytest.raises(DatabaseError, match="no pgflow engine"):
+                client.start_flow(flow, {}, idempotency_key=key)
+    assert version_9.value("select count(*) from pgflow.runs") == 0

@@ -1,6 +1,6 @@
 """Upgrading 0011 to 0012 (the claim in one call): messages queued before the upgrade are read
-and claimed by read_and_claim after it, and a worker of this release on 0011, which has no such
-call, reads and claims in two calls instead (here through the testing kit, which claims as a
+and claimed by read_and_claim after it; a worker of this release on 0011, older than its support
+window, is refused before it claims anything (here through the testing kit, which starts as a
 worker does)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime import Context, Flow, Step, migrations
-from pgflow_gen.runtime.session import PsycopgSession
+from pgflow_gen.runtime.errors import DatabaseError
 from pgflow_gen.testing import runner
 from tests.engine import WORKER_ID, Engine
 
@@ -41,22 +41,20 @@ def test_work_queued_before_the_upgrade_is_claimed_in_one_call_after_it(
     assert row == (run_id, 1)
 
 
-def test_a_worker_of_this_release_on_0011_reads_and_claims_in_two_calls(
+def test_a_worker_of_this_release_on_0011_is_refused_before_it_claims(
     version_11: Engine, empty_db_url: str
 ) -> None:
-    async def one_call(url: str) -> Any:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            return await PsycopgSession(conn).read_and_claim(
-                "nothing", "nothing", WORKER_ID, 1, 30, None
-            )
-
-    assert asyncio.run(one_call(empty_db_url)) is None  # no such call: the caller falls back
-
     def shout(flow_input: Any, ctx: Context[Any], /) -> str:
         return str(flow_input["name"]).upper()
 
     flow: Flow[Any, Any, Any] = Flow(slug="shouting", steps=(Step(slug="shout"),))
-    run = asyncio.run(
-        runner.run_flow_async(empty_db_url, flow, handlers={"shout": shout}, input={"name": "ada"})
+    with pytest.raises(DatabaseError) as refused:
+        asyncio.run(
+            runner.run_flow_async(
+                empty_db_url, flow, handlers={"shout": shout}, input={"name": "ada"}
+            )
+        )
+    assert refused.value.detail == (
+        "Its engine is at migration 0011; this release works with migration 0020 and later."
     )
-    assert (run.status, run.output) == ("completed", {"shout": "ADA"})
+    assert version_11.value("select count(*) from pgflow.flows") == 0

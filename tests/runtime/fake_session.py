@@ -68,10 +68,6 @@ class FakeEngine:
     )
     #: Every session opened, in order.
     sessions: list[FakeSession] = field(default_factory=list)
-    #: Whether the engine reads and claims in one call (engine 0012; else two calls).
-    one_call_claims: bool = True
-    #: Whether it completes and claims in one call (engine 0014; else results and claims apart).
-    joint_calls: bool = True
     #: The number of results sent with each complete_and_claim call, in order.
     joint: list[int] = field(default_factory=list)
     #: The number of successes sent with each complete_task or complete_tasks call, in order.
@@ -144,8 +140,9 @@ class FakeSession:
     ) -> startup.Compilation:
         return self._call().compilation
 
-    async def enable_notifications(self, queue: str) -> bool:
-        return self._call().notifications
+    async def enable_notifications(self, queue: str) -> None:
+        if not self._call().notifications:  # as a role the engine refuses it to
+            raise psycopg.errors.InsufficientPrivilege("permission denied (the fake's)")
 
     async def liveness(self) -> Liveness:
         return self._call().liveness
@@ -163,37 +160,23 @@ class FakeSession:
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Claim | None:
-        """The read and the claim in one call, as engine 0012 has it (None: an older engine)."""
-        if not self.engine.one_call_claims:
-            return None
-        ids = await self.read_messages(queue, visibility, limit)
-        if not ids:
-            return Claim([], [], [])
-        claim = await self.claim_tasks(flow_slug, ids, worker_id, queue, step_slug)
-        claimed = {task.msg_id for task in claim.tasks}
-        return claim._replace(unclaimed=tuple(m for m in ids if m not in claimed))
+    ) -> Claim:
+        """The read and the claim in one call."""
+        self._call()
+        return self._read_and_claim(limit, visibility)
 
-    async def read_messages(self, queue: str, visibility: int, limit: int) -> list[int]:
-        engine = self._call()
+    def _read_and_claim(self, limit: int, visibility: int) -> Claim:
+        engine = self.engine
         now = time.monotonic()
         ids = sorted(m for m, at in engine.visible_at.items() if at <= now)[:limit]
         for msg_id in ids:
             engine.visible_at[msg_id] = now + visibility
-        return ids
-
-    async def claim_tasks(
-        self,
-        flow_slug: str,
-        msg_ids: list[int],
-        worker_id: uuid.UUID,
-        queue: str,
-        step_slug: str | None,
-    ) -> Claim:
-        engine = self._call()
-        claimed = [engine.queued.pop(m) for m in msg_ids if m in engine.queued]
+        if not ids:
+            return Claim([], [], [])
+        claimed = [engine.queued.pop(m) for m in ids if m in engine.queued]
         engine.claims.append([task.msg_id for task in claimed])
-        return Claim(claimed, [], [])
+        taken = {task.msg_id for task in claimed}
+        return Claim(claimed, [], [], unclaimed=tuple(m for m in ids if m not in taken))
 
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
         engine = self._call()
@@ -230,32 +213,17 @@ class FakeSession:
         limit: int,
         visibility: int,
         step_slug: str | None,
-    ) -> Completion | None:
-        """Results and the next claim in one call, as engine 0014 has it (None: older)."""
-        if not self._call().joint_calls:
-            return None
+    ) -> Completion:
+        """Results and the next claim in one call."""
+        self._call()
         if self.engine.results_gate is not None:
             await self.engine.results_gate.wait()
         rows = [self._finish(task, output) for task, output in zip(tasks, outputs, strict=True)]
         self.engine.joint.append(len(tasks))
         claim = Claim([], [], [])
         if limit > 0:
-            claim = await self.read_and_claim(
-                flow_slug, queue, worker_id, limit, visibility, step_slug
-            ) or await self._two_calls(flow_slug, queue, worker_id, limit, visibility, step_slug)
+            claim = self._read_and_claim(limit, visibility)
         return Completion(rows, claim)
-
-    async def _two_calls(
-        self,
-        flow_slug: str,
-        queue: str,
-        worker_id: uuid.UUID,
-        limit: int,
-        visibility: int,
-        step_slug: str | None,
-    ) -> Claim:
-        ids = await self.read_messages(queue, visibility, limit)
-        return await self.claim_tasks(flow_slug, ids, worker_id, queue, step_slug)
 
     def _finish(self, task: ClaimedTask, result: Any) -> TaskRow:
         engine = self.engine

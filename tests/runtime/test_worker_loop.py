@@ -61,13 +61,8 @@ def gated() -> tuple[Callable[..., Any], threading.Event, list[int]]:
     return handler, gate, running
 
 
-#: An engine that reads and claims in one call (0012), and one that takes two (before).
-ENGINES = pytest.mark.parametrize("one_call", [True, False], ids=["read_and_claim", "two_calls"])
-
-
-@ENGINES
-def test_no_more_handlers_than_slots_and_every_task_once(one_call: bool) -> None:
-    engine = FakeEngine("fake", "work", one_call_claims=one_call)
+def test_no_more_handlers_than_slots_and_every_task_once() -> None:
+    engine = FakeEngine("fake", "work")
     engine.enqueue(10)
     handler, gate, running = gated()
 
@@ -150,11 +145,10 @@ def test_a_drain_lets_running_handlers_finish_and_report() -> None:
     assert engine.stopped
 
 
-@ENGINES
 def test_own_messages_read_again_get_their_lease_back_and_foreign_ones_are_named(
-    caplog: pytest.LogCaptureFixture, one_call: bool
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    engine = FakeEngine("fake", "work", one_call_claims=one_call)
+    engine = FakeEngine("fake", "work")
     [mine] = engine.enqueue(1, timeout=40)
     handler, gate, _ = gated()
 
@@ -291,28 +285,12 @@ def test_a_busy_worker_sends_its_results_with_its_next_claim() -> None:
     assert all(len(results) == 1 for results in engine.results.values())
 
 
-def test_without_the_joint_call_results_and_claims_go_apart() -> None:
-    engine = FakeEngine("fake", "work", joint_calls=False)
-    engine.enqueue(12)
-
-    async def main() -> None:
-        loop = worker(engine, lambda value, ctx, /: value, max_concurrent=4, batch_size=4)
-        serving = asyncio.create_task(loop.run(handle_signals=False))
-        await until(lambda: engine.finished == 12, "every task reported")
-        loop.begin_drain("test over")
-        await serving
-
-    asyncio.run(main())
-    assert engine.joint == []
-    assert sum(engine.batches) == 12
-
-
 def test_a_result_that_finishes_while_others_run_waits_for_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(reporter, "REPORT_LINGER_S", 60.0)  # longer than the test may take
-    engine = FakeEngine("fake", "work", joint_calls=False)
-    engine.enqueue(2)
+    engine = FakeEngine("fake", "work")
+    engine.enqueue(2)  # fewer than a claim asks for: results go apart from claims
     gates = [threading.Event(), threading.Event()]
 
     def handler(value: int, ctx: Any, /) -> int:
@@ -320,7 +298,7 @@ def test_a_result_that_finishes_while_others_run_waits_for_them(
         return value
 
     async def main() -> None:
-        loop = worker(engine, handler, max_concurrent=2, batch_size=2)
+        loop = worker(engine, handler, max_concurrent=3, batch_size=3)
         serving = asyncio.create_task(loop.run(handle_signals=False))
         await until(lambda: sum(map(len, engine.claims)) == 2, "two claims")
         gates[0].set()
@@ -334,6 +312,7 @@ def test_a_result_that_finishes_while_others_run_waits_for_them(
 
     asyncio.run(main())
     assert engine.batches == [2]
+    assert engine.joint == []
 
 
 def test_a_lone_result_is_sent_without_waiting_for_others(

@@ -20,7 +20,7 @@ from tests.runtime.test_worker_loop import DEADLINE_S, LOG, gated, until, worker
 PARTS = [
     ("heartbeat", "heartbeat"),
     ("reporter", "requeue_stalled"),
-    ("poller", "read_messages"),
+    ("poller", "read_and_claim"),
     ("listener", "listen"),
 ]
 

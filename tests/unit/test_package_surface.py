@@ -31,6 +31,15 @@ FORBIDDEN = {
         "uvicorn",
     ),
     "pgflow_gen.dashboard": ("pgflow_gen.spec", "pgflow_gen.codegen", "pgflow_gen.cli"),
+    # The engine's edge sits below everything that talks to the engine.
+    "pgflow_gen.engine": (
+        "pgflow_gen.runtime",
+        "pgflow_gen.spec",
+        "pgflow_gen.codegen",
+        "pgflow_gen.cli",
+        "pgflow_gen.dashboard",
+        "pgflow_gen.testing",
+    ),
     "pgflow_gen.spec": ("pgflow_gen.codegen", "pgflow_gen.runtime", "pgflow_gen.cli"),
     "pgflow_gen.codegen": ("pgflow_gen.runtime", "pgflow_gen.cli", "psycopg"),
     "pgflow_gen.errors": ("pgflow_gen.runtime", "pgflow_gen.spec", "pgflow_gen.codegen", "psycopg"),

@@ -1,0 +1,100 @@
+"""The support window: the engine versions this release works with, read once per connection.
+
+A release runs on its own engine migration and the one before it, so workers, clients and the
+CLI of either release keep working while a deploy upgrades the engine (`pgflow-gen db migrate`)
+and then the processes; it has no fallbacks for older engines. A process that finds an engine
+older than the window, or none, stops with one line saying to migrate (`docs/operations/
+upgrading.md`, "The support window"). The version is the newest row of
+`pgflow.schema_migrations`, which every migration writes (`pgflow-gen db migrate`, `db sql`).
+
+>>> check("0021")
+>>> check("0019")
+Traceback (most recent call last):
+...
+pgflow_gen.errors.DatabaseError: The database has no pgflow engine (or an older one).
+DETAIL: Its engine is at migration 0019; this release works with migration 0020 and later.
+HINT: Run `pgflow-gen db migrate` against this database first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, LiteralString, NoReturn
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from pgflow_gen import errors
+
+#: The oldest engine migration this release works with: the previous release's.
+OLDEST: Final = "0020"
+#: A function engine migration OLDEST added: how a role that may not read the migrations table
+#: (a worker whose grants an older release made) still tells OLDEST from an older engine.
+OLDEST_MARKER: Final = "pgflow.cancelled_runs(uuid[])"
+
+#: () -> whether the migrations table exists, whether this role may read it, whether the engine
+#: has OLDEST_MARKER: catalog lookups any role may make, which never fail.
+PROBE: Final[LiteralString] = (
+    "select to_regclass('pgflow.schema_migrations') is not null,"
+    " coalesce(has_table_privilege(to_regclass('pgflow.schema_migrations'), 'select'), false),"
+    " to_regprocedure(%s) is not null"
+)
+NEWEST_MIGRATION: Final[LiteralString] = "select max(version) from pgflow.schema_migrations"
+
+
+def check(version: str | None) -> None:
+    """Raise DatabaseError unless `version` (None: no engine) is inside the support window."""
+    if version is None:
+        _refuse("It has no engine migrations (pgflow.schema_migrations).")
+    elif version < OLDEST:
+        _refuse(
+            f"Its engine is at migration {version}; this release works with migration"
+            f" {OLDEST} and later."
+        )
+
+
+def decide(probe: tuple[Any, ...], newest: str | None) -> str:
+    """The engine's version from PROBE's row and, when the role may read it, the newest
+    migration; raises DatabaseError outside the window."""
+    exists, readable, has_marker = probe
+    if exists and not readable:  # a role without the grant: the catalog says enough
+        if not has_marker:
+            _refuse(f"Its engine is older than migration {OLDEST}, which this release needs.")
+        return OLDEST
+    version = newest if exists else None
+    check(version)
+    assert version is not None
+    return version
+
+
+def require(conn: psycopg.Connection[Any]) -> str:
+    """The engine's version, checked against the window (DatabaseError outside it)."""
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        probe = cursor.execute(PROBE, (OLDEST_MARKER,)).fetchone()
+        assert probe is not None
+        newest = None
+        if probe[0] and probe[1]:
+            row = cursor.execute(NEWEST_MIGRATION).fetchone()
+            newest = row[0] if row else None
+    return decide(probe, newest)
+
+
+async def require_async(conn: psycopg.AsyncConnection[Any]) -> str:
+    """`require` on an async connection."""
+    async with conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(PROBE, (OLDEST_MARKER,))
+        probe = await cursor.fetchone()
+        assert probe is not None
+        newest = None
+        if probe[0] and probe[1]:
+            await cursor.execute(NEWEST_MIGRATION)
+            row = await cursor.fetchone()
+            newest = row[0] if row else None
+    return decide(probe, newest)
+
+
+def _refuse(detail: str) -> NoReturn:
+    raise errors.DatabaseError(
+        "The database has no pgflow engine (or an older one).",
+        detail=detail,
+        hint="Run `pgflow-gen db migrate` against this database first.",
+    )

@@ -1,0 +1,62 @@
+"""The support window: a process reads the engine's version once, from the migrations table, and
+refuses an engine older than the window (or none) with one line saying to migrate; a worker role
+whose grants an older release made tells the window's oldest engine from an older one by the
+catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgflow_gen.engine import support
+from pgflow_gen.runtime import errors, migrations
+from tests.roles import Logins
+
+NEWEST = migrations.available()[-1].version
+
+
+def refusal(conn: psycopg.Connection[Any]) -> str:
+    with pytest.raises(errors.DatabaseError) as refused:
+        support.require(conn)
+    assert refused.value.message == "The database has no pgflow engine (or an older one)."
+    assert refused.value.hint == "Run `pgflow-gen db migrate` against this database first."
+    return str(refused.value.detail)
+
+
+def test_the_window_holds_this_release_and_the_oldest_engine_it_names() -> None:
+    assert support.OLDEST < NEWEST
+    support.check(NEWEST)
+    support.check(support.OLDEST)
+    [oldest] = [m for m in migrations.available() if m.version == support.OLDEST]
+    name = support.OLDEST_MARKER.split("(")[0]
+    assert f"create function {name}(" in oldest.sql  # the marker came with OLDEST
+
+
+def test_the_version_comes_from_the_migrations_table(conn: psycopg.Connection[Any]) -> None:
+    assert support.require(conn) == NEWEST
+    conn.execute("delete from pgflow.schema_migrations where version >= %s", (support.OLDEST,))
+    assert refusal(conn) == (
+        f"Its engine is at migration 0019; this release works with migration {support.OLDEST}"
+        " and later."
+    )
+
+
+def test_a_database_without_the_engine_is_refused(empty_db_url: str) -> None:
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        assert refusal(conn) == "It has no engine migrations (pgflow.schema_migrations)."
+
+
+def test_a_worker_role_reads_the_version_or_tells_it_by_the_catalog(
+    conn: psycopg.Connection[Any], logins: Logins
+) -> None:
+    worker = logins.login("worker")
+    assert support.require(worker) == NEWEST  # `db roles` grants workers the migrations table
+    # Grants an older release made: no read of the table, so the catalog decides.
+    conn.execute(f'revoke select on pgflow.schema_migrations from "{logins.names.of("worker")}"')
+    assert support.require(worker) == support.OLDEST
+    conn.execute(f"drop function {support.OLDEST_MARKER}")  # as an engine before OLDEST
+    assert refusal(worker) == (
+        f"Its engine is older than migration {support.OLDEST}, which this release needs."
+    )
