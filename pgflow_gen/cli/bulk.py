@@ -113,7 +113,7 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
         keys = None if args.key_prefix is None else [f"{args.key_prefix}:{x.number}" for x in chunk]
         try:
             rows = conn.execute(
-                cli_queries.START_FLOWS,
+                cli_queries.START_FLOWS_CREATED,
                 (args.flow_slug, [Jsonb(x.value) for x in chunk], keys),
             ).fetchall()
         except psycopg.Error as exc:

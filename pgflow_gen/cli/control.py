@@ -22,6 +22,7 @@ from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
+from pgflow_gen.engine import statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import queries as runtime_queries
@@ -234,7 +235,7 @@ def _retry(args: argparse.Namespace) -> int:
             chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
         for run in chosen:
             try:
-                row = runs.act(conn, cli_queries.RETRY_RUN, (run["run_id"],)).fetchone()
+                row = runs.act(conn, statements.RETRY_RUN, (run["run_id"],)).fetchone()
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
                 if not isinstance(
@@ -270,7 +271,7 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str | None:
-    row = conn.execute(cli_queries.RUN, (run_id,)).fetchone()
+    row = conn.execute(cli_queries.RUN_ROW, (run_id,)).fetchone()
     return None if row is None else str(row["status"])
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli import runs
 from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
+from pgflow_gen.engine import statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 
@@ -116,7 +116,7 @@ def _limits(args: argparse.Namespace) -> int:
         wanted = _merged(args, before)
         try:
             row = runs.act(
-                conn, cli_queries.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
+                conn, statements.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
             ).fetchone()
         except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
             raise client_module.InvalidStepLimitsError(

@@ -20,8 +20,6 @@ PGMQ_VERSION: Final[LiteralString] = (
 )
 
 # -- flows and runs ------------------------------------------------------------------------------
-#: Every compiled flow's slug, in order.
-FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
 #: (flow slug) -> its stored input schema ("schema"; NULL when unknown, and before engine 0006:
 #: to_jsonb reads the column without naming it).
 FLOW_INPUT_SCHEMA: Final[LiteralString] = (
@@ -29,23 +27,16 @@ FLOW_INPUT_SCHEMA: Final[LiteralString] = (
 )
 #: (flow slug, inputs, keys or NULL) -> each run's id and status, and whether this call started
 #: it (a run with the key already was started by an earlier transaction; engine 0014).
-START_FLOWS: Final[LiteralString] = (
+START_FLOWS_CREATED: Final[LiteralString] = (
     "select r.run_id, r.status, r.started_at = now() as created"
     " from pgflow.start_flows(%s, %s::jsonb[], %s::text[]) as r"
 )
-#: (flow slug, input, run id) -> the new run's id and status.
-START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
-#: (flow slug, input, run id, key) -> the id and status of the new run, or of the run with that
-#: key (engine 0010).
-START_FLOW_WITH_KEY: Final[LiteralString] = (
-    "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
-)
 #: (run id) -> the run's row.
-RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
+RUN_ROW: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
 #: latest error of its tasks (the failed one, else the last retried one) with its attempt; a
 #: signal step's type, and when it waits: since when and until when (NULL: for ever).
-RUN_STEPS: Final[LiteralString] = (
+RUN_STEP_STATUS: Final[LiteralString] = (
     "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks, s.step_type,"
     " case when s.step_type = 'signal' and ss.status = 'started' then ss.started_at end"
     "   as waiting_since,"
@@ -132,23 +123,6 @@ FLOW_STEPS: Final[LiteralString] = (
 )
 
 # -- workers -------------------------------------------------------------------------------------
-#: (all: include stopped ones) -> workers by queue, each live, stale, deprecated or stopped by
-#: the engine's liveness rule.
-WORKERS: Final[LiteralString] = (
-    "select worker_id, function_name, flow_slug, step_slug, queue_name, last_heartbeat_at,"
-    " case when stopped_at is not null then 'stopped'"
-    "  when deprecated_at is not null then 'deprecated'"
-    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
-    "   then 'stale'"
-    "  else 'live' end as state"
-    " from pgflow.workers where %s or stopped_at is null"
-    " order by queue_name, started_at"
-)
-#: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
-#: its workers may change it the moment it commits.
-RETRY_RUN: Final[LiteralString] = (
-    "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
-)
 #: (flow slug or NULL, twice) -> every schedule (of that flow) with its last run's status.
 SCHEDULES: Final[LiteralString] = (
     "select s.flow_slug, s.schedule_name, s.cron, s.timezone, s.catch_up, s.input, s.paused_at,"
@@ -164,19 +138,6 @@ SCHEDULE_NAMES: Final[LiteralString] = (
 PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
 #: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).
 RESUME_SCHEDULE: Final[LiteralString] = "select * from pgflow.resume_schedule(%s, %s)"
-#: () -> every limited step with its limits, who set them, and their use now (engine 0017).
-STEP_LIMIT_USAGE: Final[LiteralString] = (
-    "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
-    " in_flight, window_starts, updated_at from pgflow.step_limit_usage()"
-)
-#: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
-CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
-#: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
-#: NULL when cleared).
-SET_STEP_LIMITS: Final[LiteralString] = (
-    "select max_in_flight, rate_limit, rate_period_s, set_by"
-    " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
-)
 #: () -> every paused step with its reason and since when.
 STEP_PAUSES: Final[LiteralString] = (
     "select flow_slug, step_slug, reason, paused_at from pgflow.step_pauses"
@@ -196,6 +157,3 @@ QUEUE_COVERAGE: Final[LiteralString] = (
     "select * from pgflow.queue_coverage(make_interval(secs => %s))"
     " where %s::text is null or flow_slug = %s"
 )
-#: (label) -> the engine records this transaction's operator actions with the CLI's label beside
-#: the login role (engine 0020; what the caller says of itself, not vouched for).
-SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"

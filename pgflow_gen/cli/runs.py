@@ -30,7 +30,7 @@ from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import support
+from pgflow_gen.engine import statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
@@ -113,7 +113,7 @@ def register(commands: cli_parser.Commands) -> None:
 
 def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
     """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
-    rows = conn.execute(cli_queries.FLOW_SLUGS).fetchall()
+    rows = conn.execute(statements.FLOW_SLUGS).fetchall()
     known = [row["flow_slug"] for row in rows]
     if flow_slug in known:
         return
@@ -167,9 +167,10 @@ def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
     """The limited steps by (flow, step), with their limits and use now, and the keyed ones
     with their keys."""
     limits = {
-        (r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_LIMIT_USAGE)
+        (r["flow_slug"], r["step_slug"]): r
+        for r in conn.execute(statements.STEP_LIMIT_USAGE, (None,))
     }
-    return client_module.with_concurrency(limits, conn.execute(cli_queries.CONCURRENCY_USAGE))
+    return client_module.with_concurrency(limits, conn.execute(statements.CONCURRENCY_USAGE))
 
 
 def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -219,7 +220,7 @@ def act(
     in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
     label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
     with conn.transaction():
-        conn.execute(cli_queries.SET_ACTION_LABEL, (_operator_label(),))
+        conn.execute(statements.SET_ACTION_LABEL, (_operator_label(),))
         return conn.execute(query, params)
 
 
@@ -249,10 +250,10 @@ def _start(args: argparse.Namespace) -> int:
         wanted = uuid.uuid4()
         try:
             row = (
-                conn.execute(cli_queries.START_FLOW, (args.flow_slug, Jsonb(run_input), wanted))
+                conn.execute(statements.START_FLOW, (args.flow_slug, Jsonb(run_input), wanted))
                 if args.key is None
                 else conn.execute(
-                    cli_queries.START_FLOW_WITH_KEY,
+                    statements.START_FLOW_WITH_KEY,
                     (args.flow_slug, Jsonb(run_input), wanted, args.key),
                 )
             ).fetchone()
@@ -445,10 +446,10 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        run = conn.execute(cli_queries.RUN, (args.run_id,)).fetchone()
+        run = conn.execute(cli_queries.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
-        steps = conn.execute(cli_queries.RUN_STEPS, (args.run_id,)).fetchall()
+        steps = conn.execute(cli_queries.RUN_STEP_STATUS, (args.run_id,)).fetchall()
         pauses = paused_steps(conn)
         limits = step_limits(conn)
     for s in steps:
@@ -637,7 +638,7 @@ def _flows(args: argparse.Namespace) -> int:
 
 def _workers(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = conn.execute(cli_queries.WORKERS, (args.all,)).fetchall()
+        rows = conn.execute(statements.WORKERS, (args.all,)).fetchall()
         pauses = paused_steps(conn)
     for r in rows:  # the paused steps a worker serves: its own, or any of its flow's
         r["paused_steps"] = [

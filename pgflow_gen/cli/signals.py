@@ -50,7 +50,7 @@ def _signal(args: argparse.Namespace) -> int:
             f"--payload is not JSON: {exc}", hint="For example --payload '{\"approved\": true}'."
         ) from None
     with runs.connect(args) as conn:
-        run = conn.execute(cli_queries.RUN, (args.run_id,)).fetchone()
+        run = conn.execute(cli_queries.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         _require_signal_step(conn, run["flow_slug"], args.step_slug)

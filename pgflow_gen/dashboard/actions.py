@@ -21,6 +21,7 @@ from starlette.responses import RedirectResponse, Response
 
 from pgflow_gen.dashboard import pages
 from pgflow_gen.dashboard import queries as q
+from pgflow_gen.engine import statements
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors, sqlstate
 from pgflow_gen.runtime import queries as runtime_queries
@@ -50,7 +51,7 @@ async def retry(request: Request) -> Response:
 
     async def act(conn: Connection) -> str:
         await _one(conn, q.RUN_FLOW, run_id)
-        await conn.execute(runtime_queries.RETRY_RUN, (run_id,))
+        await conn.execute(statements.RETRY_RUN, (run_id,))
         return f"Retried run {run_id} from where it failed."
 
     return await _perform(request, f"/runs/{run_id}", act, refused=client_module.RunNotFailedError)
@@ -120,7 +121,7 @@ async def _perform(
     """Run the action in one transaction; log it; redirect back with its outcome."""
     try:
         async with request.app.state.pool.connection() as conn, conn.transaction():
-            await conn.execute(q.SET_ACTION_LABEL, (_actor(request),))
+            await conn.execute(statements.SET_ACTION_LABEL, (_actor(request),))
             said = await act(conn)
     except psycopg.Error as exc:
         if sqlstate.classify(None, exc) in (sqlstate.Kind.LOST, sqlstate.Kind.TRANSIENT):

@@ -17,6 +17,7 @@ import psycopg
 
 from pgflow_gen.dashboard import dag
 from pgflow_gen.dashboard import queries as q
+from pgflow_gen.engine import statements
 from pgflow_gen.runtime.client import limits_in_words, with_concurrency
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
@@ -109,7 +110,7 @@ async def routes(conn: Connection) -> list[Route]:
         (r["flow_slug"], r["step_slug"]): r
         for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
     }
-    usage = await (await conn.execute(q.CONCURRENCY_USAGE)).fetchall()
+    usage = await (await conn.execute(statements.CONCURRENCY_USAGE)).fetchall()
     limits = with_concurrency(limits, usage)
     found = []
     for row in rows:
@@ -262,7 +263,9 @@ async def runs_page(
         rows = found[:size]
         older = cursor(rows[-1]) if more else None
         newer = cursor(rows[0]) if rows and older_than is not None else None
-    flows = [row["flow_slug"] for row in await (await conn.execute(q.FLOW_SLUGS)).fetchall()]
+    flows = [
+        row["flow_slug"] for row in await (await conn.execute(statements.FLOW_SLUGS)).fetchall()
+    ]
     return RunsPage(rows=rows, filter=run_filter, flows=flows, older=older, newer=newer)
 
 
@@ -359,7 +362,7 @@ class RunDetail:
 
 async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
     """The run, its steps and its timeline; None when there is no such run."""
-    run = await (await conn.execute(q.RUN, (run_id,))).fetchone()
+    run = await (await conn.execute(q.RUN_SUMMARY, (run_id,))).fetchone()
     if run is None:
         return None
     pauses = {
@@ -369,7 +372,7 @@ async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
     steps = [
         StepView(**{**row, "dependencies": tuple(row["dependencies"])},
                  paused=row["step_slug"] in pauses)
-        for row in await (await conn.execute(q.RUN_STEPS, (run_id,))).fetchall()
+        for row in await (await conn.execute(q.RUN_STEP_DETAILS, (run_id,))).fetchall()
     ]  # fmt: skip
     signals = await (await conn.execute(q.RUN_SIGNALS, (run_id,))).fetchall()
     actions = await (await conn.execute(q.RUN_ACTIONS, (run_id,))).fetchall()
@@ -429,7 +432,11 @@ async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> An
 
 
 async def workers(conn: Connection) -> list[dict[str, Any]]:
-    return await (await conn.execute(q.WORKERS)).fetchall()
+    """Every worker, stopped ones too, by queue and newest first within it."""
+    rows = await (await conn.execute(statements.WORKERS, (True,))).fetchall()
+    rows.sort(key=lambda row: row["started_at"], reverse=True)
+    rows.sort(key=lambda row: row["queue_name"])  # stable: newest first within each queue
+    return rows
 
 
 async def _one(conn: Connection, query: LiteralString) -> dict[str, Any]:

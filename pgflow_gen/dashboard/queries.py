@@ -104,25 +104,12 @@ STEP_LIMITS: Final[LiteralString] = (
     "select flow_slug, step_slug, max_in_flight, in_flight, rate_limit, rate_period_s,"
     " window_starts from pgflow.step_limit_usage()"
 )
-#: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
-CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 #: () -> the liveness rule's "live within", in seconds.
 LIVE_WITHIN: Final[LiteralString] = (
     "select extract(epoch from (pgflow.worker_liveness()).live_within)::float8 as seconds"
 )
 
 # -- workers -------------------------------------------------------------------------------------
-#: () -> every worker, newest first within its queue, with its state by the liveness rule.
-WORKERS: Final[LiteralString] = (
-    "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
-    " last_heartbeat_at, stopped_at, deprecated_at,"
-    " case when stopped_at is not null then 'stopped'"
-    "  when deprecated_at is not null then 'deprecated'"
-    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within then 'stale'"
-    "  else 'live' end as state"
-    " from pgflow.workers"
-    " order by queue_name, started_at desc"
-)
 
 # -- runs ----------------------------------------------------------------------------------------
 #: ({flow, status, low, high, at, id, limit}; NULL filters: any) -> one page of runs, newest
@@ -165,13 +152,11 @@ RUNS_NEWER: Final[LiteralString] = (
     " ) as f on true"
     " order by page.started_at desc, page.run_id desc"
 )
-#: () -> every flow's slug (the runs page's filter).
-FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
 
 # -- one run -------------------------------------------------------------------------------------
 #: (run id) -> the run, without its input and output, which the page does not show (a large
 #: input cost every view its size in time and memory; each step's output comes capped below).
-RUN: Final[LiteralString] = (
+RUN_SUMMARY: Final[LiteralString] = (
     "select run_id, flow_slug, status, remaining_steps, started_at, completed_at,"
     " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
     " from pgflow.runs where run_id = %s"
@@ -179,7 +164,7 @@ RUN: Final[LiteralString] = (
 #: (run id) -> each step of the run's flow in step order, with its state, its dependencies, its
 #: tasks' counts and most attempts, its timings, its output (the first 2,000 characters, and
 #: its whole length) and the latest error of its tasks (the failed one, else the last retried).
-RUN_STEPS: Final[LiteralString] = (
+RUN_STEP_DETAILS: Final[LiteralString] = (
     "select s.step_slug, s.step_index, s.step_type, s.queue_name,"
     " coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,"
     " coalesce(s.opt_timeout, f.opt_timeout) as timeout,"
@@ -236,9 +221,6 @@ FLOW_PAUSES: Final[LiteralString] = (
 )
 
 # -- actions -------------------------------------------------------------------------------------
-#: (label) -> the engine records this transaction's action with the dashboard's label (its client
-#: address) beside the login role (engine 0020; what the caller says of itself).
-SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
 #: (run id) -> the run's flow (an action records it).
 RUN_FLOW: Final[LiteralString] = "select flow_slug from pgflow.runs where run_id = %s"
 

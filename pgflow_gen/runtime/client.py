@@ -34,7 +34,7 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.engine import support
+from pgflow_gen.engine import statements, support
 from pgflow_gen.runtime import database, errors, inputs, queries, roles, tracing
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
@@ -488,11 +488,11 @@ class Client:
             try:
                 if idempotency_key is None:
                     row = conn.execute(
-                        queries.START_FLOW, (plain.slug, Jsonb(input), run_id)
+                        statements.START_FLOW, (plain.slug, Jsonb(input), run_id)
                     ).fetchone()
                 else:
                     row = conn.execute(
-                        queries.START_FLOW_WITH_KEY,
+                        statements.START_FLOW_WITH_KEY,
                         (plain.slug, Jsonb(input), run_id, idempotency_key),
                     ).fetchone()
             except psycopg.Error as exc:
@@ -604,7 +604,7 @@ class Client:
         """
         with self.connection() as conn:
             try:
-                conn.execute(queries.RETRY_RUN, (run_id,))
+                conn.execute(statements.RETRY_RUN, (run_id,))
             except psycopg.Error as exc:
                 raise engine_error(exc, refused=RunNotFailedError) from exc
             return self.read_run(conn, run_id)
@@ -702,7 +702,7 @@ class Client:
         with self.connection() as conn:
             try:
                 conn.execute(
-                    queries.SET_STEP_LIMITS,
+                    statements.SET_STEP_LIMITS,
                     (plain.slug, step_slug, max_in_flight, rate_limit, rate_period_s),
                 )
             except psycopg.errors.InvalidParameterValue as exc:
@@ -727,7 +727,7 @@ class Client:
     def _step_limits(conn: psycopg.Connection[Any], flow_slug: str | None) -> list[StepLimits]:
         with conn.cursor(row_factory=class_row(StepLimits)) as cur:
             try:
-                return cur.execute(queries.STEP_LIMIT_USAGE, (flow_slug,)).fetchall()
+                return cur.execute(statements.STEP_LIMIT_USAGE, (flow_slug,)).fetchall()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
 

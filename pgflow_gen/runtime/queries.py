@@ -120,13 +120,6 @@ SHOW_WAITING_MESSAGES: Final[LiteralString] = (
 )
 
 # -- client --------------------------------------------------------------------------------------
-#: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id.
-START_FLOW: Final[LiteralString] = "select run_id from pgflow.start_flow(%s, %s, %s)"
-#: (flow, input, run id, idempotency key) -> the new run's id, or the id of the run with that key
-#: (engine 0010; without a key START_FLOW, which every engine has).
-START_FLOW_WITH_KEY: Final[LiteralString] = (
-    "select run_id from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
-)
 #: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
 #: (engine 0014).
 START_FLOWS: Final[LiteralString] = (
@@ -140,8 +133,6 @@ READ_RUN: Final[LiteralString] = (
     " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
     " from pgflow.runs where run_id = %s"
 )
-#: (run id) -> the run retried (engine 0011).
-RETRY_RUN: Final[LiteralString] = "select run_id from pgflow.retry_run(%s)"
 #: (run id, step, payload) -> the signal as received (`SentSignal`; engine 0011).
 SEND_SIGNAL: Final[LiteralString] = (
     "select run_id, step_slug, payload, received_at, used_at from pgflow.send_signal(%s, %s, %s)"
@@ -154,14 +145,6 @@ WAITING_SIGNALS: Final[LiteralString] = (
     " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
     " where ss.run_id = %s and s.step_type = 'signal' and ss.status = 'started'"
     " order by s.step_index"
-)
-#: (flow, step, max in flight, rate limit, rate period) -> nothing to read: the limits are
-#: read back with their use (engine 0017).
-SET_STEP_LIMITS: Final[LiteralString] = "select pgflow.set_step_limits(%s, %s, %s, %s, %s)"
-#: (flow slug or NULL) -> the limited steps with their limits and use (`StepLimits`).
-STEP_LIMIT_USAGE: Final[LiteralString] = (
-    "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
-    " in_flight, window_starts, updated_at from pgflow.step_limit_usage(%s)"
 )
 #: (flow, step, reason) -> the step's pause (engine 0010).
 PAUSE_STEP: Final[LiteralString] = (

@@ -38,16 +38,10 @@ IDLE_CHECK_S = 30.0
 WAKE_MARGIN_S = 0.05
 
 ELECT: LiteralString = "select pg_try_advisory_xact_lock(%s, %s) as elected"
-#: Whether the engine lists its schedules to workers (engine 0019: workers read no table).
-LISTS_SCHEDULES: LiteralString = "select to_regprocedure('pgflow.list_schedules()') is not null"
-SCHEDULES: LiteralString = (
+#: The schedules as the engine lists them to workers (engine 0019: workers read no table).
+LIST_SCHEDULES: LiteralString = (
     "select flow_slug, name, cron, timezone, catch_up, last_slot_at, created_at, paused"
     " from pgflow.list_schedules()"
-)
-#: The same from the table, on engines 0017 and 0018.
-SCHEDULES_TABLE: LiteralString = (
-    "select flow_slug, schedule_name as name, cron, timezone, catch_up, last_slot_at,"
-    " created_at, paused_at is not null as paused from pgflow.schedules"
 )
 START: LiteralString = (
     "select slot, run_id, created from pgflow.start_scheduled_runs(%s, %s, %s, %s)"
@@ -72,23 +66,17 @@ class Scheduler:
         self._failing: dict[tuple[str, str], str] = {}
         #: How many schedules the last tick read (paused ones included).
         self.schedules_seen = 0
-        #: How this engine lists schedules, once known.
-        self._schedules: LiteralString | None = None
 
     async def tick(self, conn: psycopg.AsyncConnection[Any]) -> float:
         """One tick on `conn` (autocommit); the seconds until the next slot of any schedule."""
         now = self.clock()
         wake = MAX_SLEEP_S
-        if self._schedules is None:
-            cursor = await conn.execute(LISTS_SCHEDULES)
-            listed = await cursor.fetchone()
-            self._schedules = SCHEDULES if listed and listed[0] else SCHEDULES_TABLE
         async with conn.transaction():
             cursor = await conn.execute(ELECT, (LOCK_NAMESPACE, SCHEDULER_LOCK))
             row = await cursor.fetchone()
             elected = bool(row and row[0])
             async with conn.cursor(row_factory=dict_row) as cur:
-                rows = await (await cur.execute(self._schedules)).fetchall()
+                rows = await (await cur.execute(LIST_SCHEDULES)).fetchall()
             self.schedules_seen = len(rows)
             for row in rows:
                 schedule = schedules.Schedule(**row)

@@ -1,6 +1,7 @@
 """Statements live in named modules: the runtime's in `runtime/queries.py` (the modules that run
 tasks, the client and the engine migrations spell no SQL of their own), the command line's in
-`cli_queries.py`, the dashboard's in `dashboard/queries.py`."""
+`cli/queries.py`, the dashboard's in `dashboard/queries.py`, and those several of them send in
+`engine/statements.py`, each name defined once."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import pgflow_gen
 from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.dashboard import queries as dashboard_queries
+from pgflow_gen.engine import statements
 from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
@@ -77,3 +79,16 @@ def test_every_named_query_is_used(module: object, prefix: str, modules: list[st
     names = [n for n in vars(module) if n.isupper() and not n.startswith("_")]
     sources = "".join((PACKAGE / name).read_text() for name in modules)
     assert [n for n in names if f"{prefix}.{n}" not in sources] == []
+
+
+def test_shared_statements_are_shared_and_no_name_is_defined_twice() -> None:
+    callers = [*WORKER_MODULES, *CLI_MODULES, *DASHBOARD_MODULES]
+    for name in [n for n in vars(statements) if n.isupper()]:
+        users = [m for m in callers if f"statements.{name}" in (PACKAGE / m).read_text()]
+        assert len({m.split("/")[0] for m in users}) >= 2, f"{name} is used only by {users}"
+    defined: dict[str, list[str]] = {}
+    for module in (queries, cli_queries, dashboard_queries, statements):
+        for name in vars(module):
+            if name.isupper():
+                defined.setdefault(name, []).append(module.__name__)
+    assert {n: m for n, m in defined.items() if len(m) > 1} == {}

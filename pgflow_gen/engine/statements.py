@@ -1,0 +1,59 @@
+"""The statements more than one part of pgflow-gen sends (the client, the CLI, the dashboard):
+each defined once, named and `LiteralString`. Every other statement still lives beside its one
+caller (`runtime/queries.py`, `cli/queries.py`, `dashboard/queries.py`) until the gateway owns
+them all (the "engine gateway" issue)."""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# -- runs ----------------------------------------------------------------------------------------
+#: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id and
+#: status.
+START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
+#: (flow, input, run id, idempotency key) -> the id and status of the new run, or of the run
+#: with that key (engine 0010).
+START_FLOW_WITH_KEY: Final[LiteralString] = (
+    "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
+)
+#: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
+#: its workers may change it the moment it commits.
+RETRY_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
+)
+#: (label) -> the engine records this transaction's operator actions with the caller's label
+#: (the CLI's `pgflow-gen (user@host)`, the dashboard's client address) beside the login role
+#: (engine 0020; what the caller says of itself, not vouched for).
+SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
+
+# -- flows and steps -----------------------------------------------------------------------------
+#: Every compiled flow's slug, in order.
+FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
+#: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
+#: NULL when cleared; engine 0017).
+SET_STEP_LIMITS: Final[LiteralString] = (
+    "select max_in_flight, rate_limit, rate_period_s, set_by"
+    " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
+)
+#: (flow or NULL: every flow) -> each limited step with its limits, who set them, and their use
+#: now (engine 0017).
+STEP_LIMIT_USAGE: Final[LiteralString] = (
+    "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
+    " in_flight, window_starts, updated_at from pgflow.step_limit_usage(%s)"
+)
+#: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
+CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
+
+# -- workers -------------------------------------------------------------------------------------
+#: (all: include stopped ones) -> workers by queue, oldest first, each live, stale, deprecated
+#: or stopped by the engine's liveness rule.
+WORKERS: Final[LiteralString] = (
+    "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
+    " last_heartbeat_at, stopped_at, deprecated_at,"
+    " case when stopped_at is not null then 'stopped' "
+    " when deprecated_at is not null then 'deprecated' "
+    " when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
+    "   then 'stale' "
+    " else 'live' end as state"
+    " from pgflow.workers where %s or stopped_at is null order by queue_name, started_at"
+)
