@@ -28,7 +28,8 @@ from pgflow_gen import errors
 #: The oldest engine migration this release works with: the previous release's.
 OLDEST: Final = "0020"
 #: A function engine migration OLDEST added: how a role that may not read the migrations table
-#: (a worker whose grants an older release made) still tells OLDEST from an older engine.
+#: (a worker whose grants an older release made) still tells OLDEST from an older engine. Later
+#: migrations keep its signature while a release that checks it is supported.
 OLDEST_MARKER: Final = "pgflow.cancelled_runs(uuid[])"
 
 #: () -> whether the migrations table exists, whether this role may read it, whether the engine

@@ -8,6 +8,7 @@ serialised by advisory locks, so two `pgflow-gen db migrate` runs at once are sa
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,13 @@ def available() -> tuple[Migration, ...]:
         if match:
             found.append(Migration(match["version"], match["name"], entry.read_text("utf-8")))
     return tuple(sorted(found, key=lambda m: m.version))
+
+
+def released() -> dict[str, str]:
+    """The released engine migrations as {version: checksum} (`released.json`): each never
+    changes again (a test checks the files against it; `make migration` rewrites none)."""
+    text = resources.files(_SQL_PACKAGE).joinpath("released.json").read_text("utf-8")
+    return {str(version): str(checksum) for version, checksum in json.loads(text).items()}
 
 
 def folder() -> Path:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
-import json
+import contextlib
 import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from pgflow_gen.runtime import errors, migrations
 from pgflow_gen.runtime.sql import catalog, writer
 from pgflow_gen.testing.databases import create_database, drop_database
 
-RELEASED = json.loads((Path(__file__).parent / "released.json").read_text())
+RELEASED = migrations.released()
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -170,13 +172,74 @@ def test_the_printed_engine_script_agrees_with_migrate(admin_url: str, empty_db_
 
 
 def test_the_newest_migration_is_what_the_writer_writes_from_the_source(admin_url: str) -> None:
-    newest = migrations.available()[-1]
-    written = writer.draft(admin_url, newest.name)
-    assert written.file_name == f"{newest.version}_{newest.name}.sql"
+    *before, newest = migrations.available()
+    file_name = f"{newest.version}_{newest.name}.sql"
+    written = writer.draft_from(admin_url, file_name, writer.Parts.of(newest.sql), before)
     assert written.text == newest.sql, (
         "The source changed since the newest migration was written: run"
         f" `make migration NAME={newest.name}` (or a new NAME once it is released)."
     )
+
+
+@contextlib.contextmanager
+def databases_for(admin_url: str) -> Iterator[tuple[str, str]]:
+    """Two empty databases of this test's own."""
+    names = [f"pgflow_writer_test_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    urls = [create_database(admin_url, name) for name in names]
+    try:
+        yield urls[0], urls[1]
+    finally:
+        for name in names:
+            drop_database(admin_url, name)
+
+
+def apply_and_compare(admin_url: str, before: list[migrations.Migration], text: str) -> None:
+    """Apply `before`, then a written migration: the catalog must be the source's."""
+    with (
+        databases_for(admin_url) as (built, source),
+        psycopg.connect(built, autocommit=True) as conn,
+    ):
+        migrations.ensure_pgmq(conn)
+        for migration in before:
+            conn.execute(migrations.trusted(migration.sql))
+        conn.execute(migrations.trusted(text))
+        with psycopg.connect(source, autocommit=True) as other:
+            migrations.ensure_pgmq(other)
+            for _name, sql_text in migrations.source_files():
+                other.execute(migrations.trusted(sql_text))
+        assert catalog.snapshot(built) == catalog.snapshot(source)
+
+
+def test_the_writer_replaces_changed_triggers_and_functions_whose_defaults_changed(
+    admin_url: str,
+) -> None:
+    before = list(migrations.available())
+    # As if the engine had a trigger the source changed and a function with another default.
+    changed = (
+        "drop trigger step_tasks_keyed_status on pgflow.step_tasks;"
+        " drop function pgflow.calculate_retry_delay(numeric, int);"
+        " create function pgflow.calculate_retry_delay(base_delay numeric, attempts_count int"
+        " default 1) returns int language sql as $$ select 1 $$;"
+    )
+    written = writer.draft_from(admin_url, "9999_x.sql", writer.Parts("-- x", changed), before)
+    assert [c.name for c in written.changes] == [
+        "pgflow.calculate_retry_delay(numeric,integer)",
+        "step_tasks_keyed_status on pgflow.step_tasks",
+    ]
+    delay, trigger = (c.statement for c in written.changes)
+    assert delay.startswith("drop function pgflow.calculate_retry_delay(numeric,integer);\n")
+    assert trigger.startswith("create trigger step_tasks_keyed_status")
+    assert "$$" not in trigger
+    apply_and_compare(admin_url, before, written.text)
+
+
+def test_a_released_migration_is_never_written_again_and_markers_must_be_in_order() -> None:
+    newest = migrations.available()[-1]
+    with pytest.raises(errors.MigrationError, match="is released: it never changes"):
+        writer.target(newest.name)
+    end_first = f"{writer.END_HAND_WRITTEN}\n{writer.BEGIN_HAND_WRITTEN}\n{writer.GENERATED}"
+    with pytest.raises(errors.MigrationError, match="markers moved"):
+        writer.Parts.of(end_first)
 
 
 def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: str) -> None:
@@ -185,7 +248,7 @@ def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: s
     # From 0020, the source's functions differ: at least the five 0021 changed or added (and
     # any a later migration changed), in source order.
     written = writer.draft_from(admin_url, "0021_again.sql", writer.Parts("-- again"), before_0021)
-    names = [c.function.split("(")[0] for c in written.changes]
+    names = [c.name.split("(")[0] for c in written.changes]
     assert {
         "pgflow._claim_messages",
         "pgflow.start_scheduled_runs",
@@ -220,3 +283,41 @@ def test_the_writer_command_writes_nothing_for_a_wrong_call(
     assert err.startswith("error: Nothing in the source differs from the migrations")
     assert "Traceback" not in err
     assert sorted(migrations.folder().iterdir()) == before
+
+
+def test_a_table_change_waits_as_a_draft_for_its_hand_written_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The source gains a column; the migrations folder is this test's copy.
+    for migration in migrations.available():
+        (tmp_path / f"{migration.version}_{migration.name}.sql").write_text(migration.sql)
+    sources = [
+        (name, text.replace("  input_schema jsonb,\n", "  input_schema jsonb,\n  note text,\n"))
+        for name, text in migrations.source_files()
+    ]
+    assert sources != list(migrations.source_files())
+    monkeypatch.setattr(migrations, "folder", lambda: tmp_path)
+    monkeypatch.setattr(migrations, "source_files", lambda: tuple(sources))
+    monkeypatch.setattr(migrations, "released", lambda: {})
+    version = f"{int(migrations.available()[-1].version) + 1:04d}"
+    draft_file = tmp_path / f"{version}_flow_notes.sql.draft"
+
+    assert writer.main(["flow_notes"]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith("error: The source's columns differ from the migrations'")
+    assert "flows note text" in err
+    assert out == f"wrote {draft_file}: write its hand-written section, then run this again\n"
+    assert not (tmp_path / f"{version}_flow_notes.sql").exists()  # nothing a migrate would apply
+
+    draft_text = draft_file.read_text()
+    draft_file.write_text(
+        draft_text.replace(
+            writer.END_HAND_WRITTEN,
+            f"alter table pgflow.flows add column note text;\n{writer.END_HAND_WRITTEN}",
+        )
+    )
+    assert writer.main(["flow_notes"]) == 0
+    written = (tmp_path / f"{version}_flow_notes.sql").read_text()
+    assert "alter table pgflow.flows add column note text;" in written
+    assert not draft_file.exists()
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / f'{version}_flow_notes.sql'}")

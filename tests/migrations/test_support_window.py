@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgflow_gen import cli
 from pgflow_gen.engine import support
 from pgflow_gen.runtime import errors, migrations
 from tests.roles import Logins
@@ -60,3 +61,17 @@ def test_a_worker_role_reads_the_version_or_tells_it_by_the_catalog(
     assert refusal(worker) == (
         f"Its engine is older than migration {support.OLDEST}, which this release needs."
     )
+
+
+def test_the_db_commands_upgrade_an_engine_older_than_the_window(
+    empty_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        migrations.migrate(conn, target="0019")
+    assert cli.main(["runs", "--database-url", empty_db_url]) == 1
+    assert "Its engine is at migration 0019" in capsys.readouterr().err
+    assert cli.main(["db", "status", "--database-url", empty_db_url]) == 0
+    assert "0020_engine_integrity pending" in capsys.readouterr().out
+    assert cli.main(["db", "migrate", "--database-url", empty_db_url]) == 0
+    capsys.readouterr()
+    assert cli.main(["runs", "--database-url", empty_db_url]) == 0

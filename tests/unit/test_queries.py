@@ -19,7 +19,9 @@ from pgflow_gen.runtime import queries
 
 PACKAGE = Path(pgflow_gen.__file__).parent
 WORKER_MODULES = [
-    "runtime/client.py",
+    "runtime/client/client.py",
+    "runtime/client/models.py",
+    "runtime/client/refusals.py",
     "runtime/context.py",
     "runtime/heartbeat.py",
     "runtime/listener.py",

@@ -30,6 +30,11 @@ QUERIES: dict[str, LiteralString] = {
         select p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.proacl::text
         from pg_proc p where p.pronamespace = 'pgflow'::regnamespace
         order by 1""",
+    "triggers": """
+        select t.tgrelid::regclass::text, t.tgname, pg_get_triggerdef(t.oid)
+        from pg_trigger t join pg_class c on c.oid = t.tgrelid
+        where c.relnamespace = 'pgflow'::regnamespace and not t.tgisinternal
+        order by 1, 2""",
     "types": """
         select t.typname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnum
         from pg_type t join pg_attribute a on a.attrelid = t.typrelid

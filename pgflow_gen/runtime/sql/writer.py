@@ -6,20 +6,24 @@ The source files (`source/`, one object per file) are the truth; a migration is 
 them. The writer builds two databases on a throwaway embedded server: one from the migrations
 before the one it writes, followed by that migration's hand-written section (table and data
 changes, which no tool can derive), and one from the source files. Then it writes every function
-whose definition differs, in source order: a new one with `create function`, a changed one with
-`create or replace function` (after a `drop function` when its result or argument names changed,
-which `create or replace` cannot do), and a `drop function` for one the source no longer has;
-last, the revoke that keeps PUBLIC from executing any of them. Columns, constraints, indexes or
-types that still differ after the hand-written section are an error naming them.
+and trigger whose definition differs, in source order: a new function with `create function`, a
+changed one with `create or replace function` (after a `drop function` when its result, its
+arguments or their defaults changed, which `create or replace` cannot do), a changed trigger
+dropped and created again, and a drop for what the source no longer has; last, the revoke that
+keeps PUBLIC from executing any function. Columns, constraints, indexes or types that still
+differ after the hand-written section are an error naming them (TableChangesMissing).
 
-NAME picks the file: the newest migration when it has that name (it is written again, keeping
-its header and hand-written section: released migrations never change, a test checks their
-checksums), else a new one numbered after it. A test writes the newest migration again and
-compares it with the committed one, so the source and the newest migration cannot drift apart.
+NAME picks the file. The newest migration with that name is written again, keeping its header
+and hand-written section, unless it is released (`released.json`: released migrations never
+change). Any other NAME starts the next migration; while its table changes are missing it waits
+as `NNNN_NAME.sql.draft`, which no migration run applies, for its hand-written section. A test
+writes the newest migration again and compares it with the committed one, so the source and the
+newest migration cannot drift apart.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -28,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -46,12 +50,27 @@ REVOKE = (
     "-- No engine function runs for PUBLIC (engine 0019), those above included.\n"
     "revoke execute on all functions in schema pgflow from public;\n"
 )
+#: A new migration's file while it waits for its hand-written section (never applied).
+DRAFT_SUFFIX = ".draft"
 _NAME = re.compile(r"^[a-z0-9_]+$")
-#: A function as `regprocedure`, its full definition, and its result and argument names.
-_FUNCTIONS = """
-    select p.oid::regprocedure::text, pg_get_functiondef(p.oid),
-      pg_get_function_result(p.oid), coalesce(p.proargnames::text, '')
-    from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace"""
+#: () -> each function as `regprocedure`, its full definition, and what `create or replace`
+#: cannot change: its result, argument names, and arguments with their defaults.
+_FUNCTIONS: Final[LiteralString] = (
+    "select p.oid::regprocedure::text, pg_get_functiondef(p.oid),"
+    " pg_get_function_result(p.oid), coalesce(p.proargnames::text, ''),"
+    " pg_get_function_arguments(p.oid)"
+    " from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace"
+)
+#: () -> each trigger on the engine's tables, named as `drop trigger` takes it, and its definition.
+_TRIGGERS: Final[LiteralString] = (
+    "select format('%I on %s', t.tgname, t.tgrelid::regclass), pg_get_triggerdef(t.oid)"
+    " from pg_trigger as t join pg_class as c on c.oid = t.tgrelid"
+    " where c.relnamespace = 'pgflow'::regnamespace and not t.tgisinternal"
+)
+_CREATE_FUNCTION = re.compile(r"^create function .*?^\$\$;$", re.MULTILINE | re.DOTALL)
+_CREATE_TRIGGER = re.compile(
+    r"^create (?:constraint )?trigger (\w+).*?;$", re.MULTILINE | re.DOTALL
+)
 
 
 class TableChangesMissing(errors.MigrationError):
@@ -74,24 +93,38 @@ class Parts:
 
     @classmethod
     def of(cls, text: str) -> Parts:
-        """The parts of a migration this module wrote."""
-        if BEGIN_HAND_WRITTEN not in text or GENERATED not in text:
+        """The parts of a migration this module wrote (its markers in their order)."""
+        begin, end, generated = (text.find(m) for m in (BEGIN_HAND_WRITTEN, END_HAND_WRITTEN,
+                                                        GENERATED))  # fmt: skip
+        if not 0 <= begin < end < generated:
             raise errors.MigrationError(
-                "This migration was not written by `make migration`.",
+                "This migration was not written by `make migration` (or its markers moved).",
+                detail=f"It needs {BEGIN_HAND_WRITTEN!r}, then {END_HAND_WRITTEN!r}, then the"
+                " generated part's first line, in that order.",
                 hint="Give the new migration a name of its own.",
             )
-        header, rest = text.split(BEGIN_HAND_WRITTEN, 1)
-        hand_written = rest.split(END_HAND_WRITTEN, 1)[0]
+        header = text[:begin]
+        hand_written = text[begin + len(BEGIN_HAND_WRITTEN) : end]
         return cls(header.strip(), hand_written.strip())
 
 
 @dataclass(frozen=True)
 class Change:
-    """One function statement of a migration, with the source file it comes from."""
+    """One statement of a migration (a function or trigger created, replaced or dropped), with
+    the object it changes and the source file it comes from (None: gone from the source)."""
 
-    function: str
+    name: str
     statement: str
     source_file: str | None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A migration as written: its file name, text, and changes."""
+
+    file_name: str
+    text: str
+    changes: tuple[Change, ...]
 
 
 def render(parts: Parts, changes: Sequence[Change]) -> str:
@@ -102,7 +135,7 @@ def render(parts: Parts, changes: Sequence[Change]) -> str:
     lines += [END_HAND_WRITTEN, "", GENERATED, ""]
     for change in changes:
         origin = f"source/{change.source_file}" if change.source_file else "gone from the source"
-        lines += [f"-- {change.function.split('(')[0]}: {origin}", change.statement.rstrip(), ""]
+        lines += [f"-- {change.name.split('(')[0]}: {origin}", change.statement.rstrip(), ""]
     return "\n".join(lines) + REVOKE
 
 
@@ -115,18 +148,17 @@ def target(name: str) -> tuple[str, Parts, tuple[migrations.Migration, ...]]:
     shipped = migrations.available()
     newest = shipped[-1]
     if newest.name == name:
+        if newest.version in migrations.released():
+            raise errors.MigrationError(
+                f"Migration {newest.version}_{name} is released: it never changes.",
+                hint="Give the change a new NAME: it becomes the next migration.",
+            )
         return newest.version, Parts.of(newest.sql), shipped[:-1]
     version = f"{int(newest.version) + 1:04d}"
+    waiting = migrations.folder() / f"{version}_{name}.sql{DRAFT_SUFFIX}"
+    if waiting.exists():
+        return version, Parts.of(waiting.read_text(encoding="utf-8")), shipped
     return version, Parts.new(version, name), shipped
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A migration as written: its file name, text, and function changes."""
-
-    file_name: str
-    text: str
-    changes: tuple[Change, ...]
 
 
 def draft(admin_url: str, name: str) -> Draft:
@@ -159,23 +191,24 @@ def draft_from(
 
 
 def _apply_source(conn: psycopg.Connection[Any]) -> dict[str, str]:
-    """Applies the source files one by one; returns {function: the file that defines it}."""
+    """Applies the source files one by one; returns {function or trigger: its file}."""
     defined: dict[str, str] = {}
     for file_name, text in migrations.source_files():
         conn.execute(migrations.trusted(text))
-        for (function,) in conn.execute(
-            "select p.oid::regprocedure::text from pg_proc as p"
-            " where p.pronamespace = 'pgflow'::regnamespace"
-        ):
-            defined.setdefault(function, file_name)
+        for query in (_FUNCTIONS, _TRIGGERS):
+            for row in conn.execute(query):
+                defined.setdefault(row[0], file_name)
     return defined
 
 
 def _check_tables(baseline_url: str, source_url: str) -> None:
-    """Everything but the functions must already agree (the hand-written section's job)."""
+    """Everything but the functions and triggers must already agree (the hand-written
+    section's job)."""
     before, after = catalog.snapshot(baseline_url), catalog.snapshot(source_url)
     differing = [
-        kind for kind in catalog.QUERIES if kind != "functions" and before[kind] != after[kind]
+        kind
+        for kind in catalog.QUERIES
+        if kind not in ("functions", "triggers") and before[kind] != after[kind]
     ]
     if differing:
         missing = sorted(
@@ -194,34 +227,50 @@ def _check_tables(baseline_url: str, source_url: str) -> None:
 def _changes(
     baseline: psycopg.Connection[Any], source: psycopg.Connection[Any], files: dict[str, str]
 ) -> list[Change]:
-    old = {row[0]: row[1:] for row in baseline.execute(_FUNCTIONS)}
-    new = {row[0]: row[1:] for row in source.execute(_FUNCTIONS)}
     texts = dict(migrations.source_files())
-    changes = [
-        Change(function, f"drop function pgflow.{_bare(function)};", None)
-        for function in sorted(set(old) - set(new))
-    ]
     order = {file_name: index for index, file_name in enumerate(texts)}
-    for function in sorted(new, key=lambda f: (order[files[f]], f)):
-        if old.get(function, (None,))[0] == new[function][0]:
+    old_functions = {row[0]: row[1:] for row in baseline.execute(_FUNCTIONS)}
+    new_functions = {row[0]: row[1:] for row in source.execute(_FUNCTIONS)}
+    old_triggers = dict(baseline.execute(_TRIGGERS).fetchall())
+    new_triggers = dict(source.execute(_TRIGGERS).fetchall())
+    # What the source no longer has goes first: triggers, then their functions.
+    changes = [
+        Change(trigger, f"drop trigger {trigger};", None)
+        for trigger in sorted(set(old_triggers) - set(new_triggers))
+    ]
+    changes += [
+        Change(function, f"drop function {function};", None)
+        for function in sorted(set(old_functions) - set(new_functions))
+    ]
+    made: list[tuple[tuple[int, int, str], Change]] = []
+    for function, (definition, *fixed) in new_functions.items():
+        before = old_functions.get(function)
+        if before is not None and before[0] == definition:
             continue
-        statement = _create_statement(texts[files[function]])
-        if function in old:
+        statement = _statement(_CREATE_FUNCTION, texts[files[function]], function)
+        if before is not None:
             statement = statement.replace("create function", "create or replace function", 1)
-            if old[function][1:] != new[function][1:]:
-                statement = f"drop function pgflow.{_bare(function)};\n{statement}"
-        changes.append(Change(function, statement, files[function]))
-    return changes
+            if list(before[1:]) != fixed:
+                statement = f"drop function {function};\n{statement}"
+        made.append(((order[files[function]], 0, function), Change(function, statement,
+                                                                   files[function])))  # fmt: skip
+    for trigger, definition in new_triggers.items():
+        if old_triggers.get(trigger) == definition:
+            continue
+        statement = _statement(_CREATE_TRIGGER, texts[files[trigger]], trigger)
+        if trigger in old_triggers:
+            statement = f"drop trigger {trigger};\n{statement}"
+        made.append(((order[files[trigger]], 1, trigger), Change(trigger, statement,
+                                                                 files[trigger])))  # fmt: skip
+    return changes + [change for _, change in sorted(made, key=lambda item: item[0])]
 
 
-def _bare(function: str) -> str:
-    return function.removeprefix("pgflow.")
-
-
-def _create_statement(text: str) -> str:
-    """A source file's statement without its leading comment."""
-    start = text.index("create ")
-    return text[start:].strip() + "\n"
+def _statement(pattern: re.Pattern[str], text: str, name: str) -> str:
+    """The source file's statement that creates `name` (the file's function, or its trigger)."""
+    for match in pattern.finditer(text):
+        if pattern is _CREATE_FUNCTION or name.split(" on ")[0].strip('"') == match.group(1):
+            return match.group(0) + "\n"
+    raise errors.MigrationError(f"No statement in the source creates {name}.")
 
 
 @contextmanager
@@ -236,41 +285,53 @@ def _database(admin_url: str) -> Iterator[str]:
             conn.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
 
 
+def _write(path: Path, text: str) -> None:
+    """Write `path` whole or not at all."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: make migration NAME=what_it_changes", file=sys.stderr)
         return 2
+    name = args[0]
     folder = migrations.folder()
+    try:
+        version, parts, _before = target(name)
+    except errors.PgflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    path = folder / f"{version}_{name}.sql"
+    waiting = path.with_name(path.name + DRAFT_SUFFIX)
     base = Path(tempfile.mkdtemp(prefix="pgflow-writer-"))
     server = embedded.EmbeddedServer(base, embedded.default_bin_dir(), fast=True, local=False)
     try:
-        written = draft(server.ensure_started(), args[0])
+        written = draft(server.ensure_started(), name)
     except errors.PgflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if isinstance(exc, TableChangesMissing):
-            version, parts, _before = target(args[0])
-            skeleton = folder / f"{version}_{args[0]}.sql"
-            if not skeleton.exists():
-                skeleton.write_text(render(parts, []), encoding="utf-8")
-                print(f"wrote {skeleton} without functions: write its hand-written section first")
+        if isinstance(exc, TableChangesMissing) and not waiting.exists():
+            _write(waiting, render(parts, []))
+            print(f"wrote {waiting}: write its hand-written section, then run this again")
         return 1
     finally:
         server.destroy()
-    path = folder / written.file_name
     existed = path.exists()
-    if not existed and not written.changes:
+    if not existed and not written.changes and not parts.hand_written:
         print(
             "error: Nothing in the source differs from the migrations: no migration to write.\n"
             "HINT: Edit pgflow_gen/runtime/sql/source/ first (a table change: write it in the"
-            " hand-written section of a migration this wrote).",
+            " hand-written section of the draft this writes).",
             file=sys.stderr,
         )
         return 1
-    path.write_text(written.text, encoding="utf-8")
-    print(f"{'rewrote' if existed else 'wrote'} {path}: {len(written.changes)} function(s)")
+    _write(path, written.text)
+    waiting.unlink(missing_ok=True)
+    print(f"{'rewrote' if existed else 'wrote'} {path}: {len(written.changes)} change(s)")
     for change in written.changes:
-        print(f"  {change.function}")
+        print(f"  {change.name}")
     return 0
 
 

@@ -1,41 +1,42 @@
-"""Starting runs and reading them back, typed by the generated flow module.
-
->>> from app.pgflow.greet_user import FLOW                       # doctest: +SKIP
->>> run = Client().start_flow(FLOW, {"first": "Ada", "last": "Lovelace"})  # doctest: +SKIP
->>> run.wait(timeout=30).output                                 # doctest: +SKIP
-{'greeting': 'Hello, Ada Lovelace!'}
-
-A Client keeps a small pool of connections (psycopg_pool) for its short calls, opened as calls
-need them; `Run.wait` listens on a connection of its own. `close()` (or `with Client() as
-client:`) releases them at once; otherwise they go when the Client is garbage collected.
-"""
+"""The Client: starts, reads, waits for, cancels, retries and signals runs, pauses steps and sets
+their limits, on a small pool of connections."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime
 import functools
 import json
 import threading
-import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Any, Final, Generic, Literal, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import psycopg
 import psycopg_pool
 import pydantic
-from psycopg import sql
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
 from pgflow_gen.engine import statements, support
-from pgflow_gen.runtime import database, errors, inputs, queries, roles, tracing
+from pgflow_gen.runtime import database, errors, inputs, queries, tracing
+from pgflow_gen.runtime.client.models import (
+    Run,
+    SentSignal,
+    StepFailure,
+    StepLimits,
+    StepPause,
+)
+from pgflow_gen.runtime.client.refusals import (
+    InvalidSignalPayloadError,
+    InvalidStepLimitsError,
+    RunNotFailedError,
+    RunNotFoundError,
+    engine_error,
+    signal_error,
+)
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
 
@@ -44,306 +45,12 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 PayloadT = TypeVar("PayloadT")
 
-RunStatus = Literal["started", "completed", "failed", "cancelled"]
 
 #: Connections a Client keeps at most (opened as calls need them, closed after POOL_IDLE_S idle).
 POOL_SIZE = 4
 POOL_IDLE_S = 300.0
 #: How long a call waits for a pooled connection (the database restarting, every one in use).
 POOL_WAIT_S = 10.0
-
-
-class RunNotFoundError(errors.PgflowError):
-    code = "run_not_found"
-
-
-class RunFinishedError(errors.PgflowError):
-    """`cancel_run` on a run that is not started (completed, failed or cancelled already):
-    nothing changed."""
-
-    code = "run_finished"
-
-
-class RunNotFailedError(errors.PgflowError):
-    """`retry_run` on a run that is not failed, or whose flow has gained a step since it
-    started: nothing changed."""
-
-    code = "run_not_failed"
-
-
-class SignalRefusedError(errors.PgflowError):
-    """`send_signal` to a run that is not started, a step that finished or stopped waiting,
-    or a step that has its signal already: nothing changed."""
-
-    code = "signal_refused"
-
-
-class InvalidSignalPayloadError(errors.PgflowError):
-    """`send_signal` with a payload that does not match the signal step's payload schema (the
-    detail names the place): nothing changed."""
-
-    code = "invalid_signal_payload"
-
-
-class RunExistsError(errors.PgflowError):
-    """`start_flow` with a `run_id` that a run already has: nothing was started."""
-
-    code = "run_exists"
-
-
-class FlowNotFoundError(errors.PgflowError):
-    """No flow of that slug is compiled in the database (compile it: run its worker once, or
-    apply its generated migration)."""
-
-    code = "flow_not_found"
-
-
-class StepNotFoundError(FlowNotFoundError):
-    """The flow has no step of that slug (slugs are case-sensitive)."""
-
-    code = "step_not_found"
-
-
-@dataclass(frozen=True)
-class StepPause:
-    """A paused step (`Client.pause_step`): no task of it starts until it is resumed."""
-
-    flow_slug: str
-    step_slug: str
-    reason: str | None
-    paused_at: datetime.datetime
-
-
-class InvalidStepLimitsError(errors.PgflowError):
-    """Step limits the engine refuses: not a whole number from 1, a rate limit without its
-    period, or a signal step (it runs no task)."""
-
-    code = "invalid_step_limits"
-
-
-@dataclass(frozen=True)
-class StepLimits:
-    """A step's limits (`Client.set_step_limits`, engine 0017) and their use now: tasks started
-    against `max_in_flight`, task starts in the last `rate_period_s` seconds against
-    `rate_limit`. None: no such limit. `set_by` is "spec" or "operator"."""
-
-    flow_slug: str
-    step_slug: str
-    queue_name: str
-    max_in_flight: int | None
-    rate_limit: int | None
-    rate_period_s: int | None
-    set_by: str
-    in_flight: int
-    window_starts: int
-    updated_at: datetime.datetime
-
-    @property
-    def in_words(self) -> str:
-        """ "3/4 in flight, 42/100 starts per 60 s"."""
-        return limits_in_words(dataclasses.asdict(self))
-
-
-def limits_in_words(limits: Mapping[str, Any]) -> str:
-    """A step's limits and their use (step_limit_usage's columns) in a few words, as the CLI,
-    the dashboard and `StepLimits.in_words` say them.
-
-    >>> limits_in_words({"max_in_flight": 4, "in_flight": 3, "rate_limit": 100,
-    ...                  "rate_period_s": 60, "window_starts": 42})
-    '3/4 in flight, 42/100 starts per 60 s'
-    """
-    parts = []
-    if limits["max_in_flight"] is not None:
-        parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
-    if limits["rate_limit"] is not None:
-        parts.append(
-            f"{limits['window_starts']}/{limits['rate_limit']} starts per"
-            f" {limits['rate_period_s']} s"
-        )
-    if limits.get("limit_per_key") is not None:
-        waiting = limits["keys_waiting"]
-        parts.append(
-            f"{limits['limit_per_key']} per {limits['key_path']}: {limits['keys_active']} keys"
-            f" in flight, {waiting} waiting"
-            + (
-                f" ({limits['parked']:,} tasks, most for {limits['busiest_key']!r})"
-                if waiting
-                else ""
-            )
-        )
-    return ", ".join(parts)
-
-
-#: What a step's limits hold when only its concurrency key limits it (engine 0018).
-NO_STEP_LIMITS: Final[Mapping[str, Any]] = {
-    "max_in_flight": None,
-    "in_flight": 0,
-    "rate_limit": None,
-    "rate_period_s": None,
-    "window_starts": 0,
-    "set_by": "spec",
-}
-#: pgflow.concurrency_usage's columns that join a step's limits.
-CONCURRENCY_FIELDS = ("key_path", "limit_per_key", "keys_active", "keys_waiting", "admitted",
-                      "parked", "busiest_key", "busiest_parked")  # fmt: skip
-
-
-def with_concurrency(
-    limits: Mapping[tuple[str, str], Mapping[str, Any]], usage: Iterable[Mapping[str, Any]]
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """Steps' limits by (flow, step), each keyed step's concurrency use
-    (pgflow.concurrency_usage's rows) joined in: `limits_in_words` then says its keys too."""
-    merged = {key: dict(value) for key, value in limits.items()}
-    for row in usage:
-        key = (row["flow_slug"], row["step_slug"])
-        merged[key] = {
-            **NO_STEP_LIMITS,
-            "flow_slug": row["flow_slug"],
-            "step_slug": row["step_slug"],
-            "queue_name": row["queue_name"],
-            **merged.get(key, {}),
-            **{field: row[field] for field in CONCURRENCY_FIELDS},
-        }
-    return merged
-
-
-@dataclass(frozen=True)
-class StepFailure:
-    """Why a run failed: its first failed step, and the failed task's attempts and error.
-
-    `error` is what the engine stored: `Type: message` on its first line (`summary`), then the
-    handler's traceback when there was one. A step failed without a task failure (a condition
-    with `when_unmet: fail`, an output of the wrong type) has `task_index` None and 0 attempts.
-    """
-
-    step_slug: str
-    task_index: int | None
-    attempts: int
-    error: str | None
-
-    @property
-    def summary(self) -> str:
-        return (self.error or "no error message").split("\n", 1)[0]
-
-    def describe(self) -> str:
-        """One line: `step "greet" task 0, attempt 3: KeyError: 'name'`."""
-        where = f'step "{self.step_slug}"'
-        if self.task_index is not None:
-            where += f" task {self.task_index}, attempt {self.attempts}"
-        return f"{where}: {self.summary}"
-
-
-@dataclass(frozen=True)
-class SentSignal:
-    """A signal the engine took (`Client.send_signal`): `used_at` is when its step took it as
-    its output, None while the step is not ready yet (it takes it the moment it is)."""
-
-    run_id: uuid.UUID
-    step_slug: str
-    payload: Any
-    received_at: datetime.datetime
-    used_at: datetime.datetime | None
-
-
-@dataclass(frozen=True)
-class WaitingSignal:
-    """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
-
-    step_slug: str
-    waiting_since: datetime.datetime
-    deadline: datetime.datetime | None
-
-
-@dataclass(frozen=True)
-class UnservedStep:
-    """A step of a run with queued tasks and no live worker on its queue."""
-
-    step_slug: str
-    queue_name: str
-    queued_tasks: int
-
-
-@dataclass(frozen=True)
-class Run(Generic[OutputT]):
-    """A run as last read from the database; `wait()` returns a fresher one."""
-
-    run_id: uuid.UUID
-    flow_slug: str
-    status: RunStatus
-    input: Any
-    output: OutputT | None
-    started_at: datetime.datetime
-    completed_at: datetime.datetime | None
-    failed_at: datetime.datetime | None
-    client: Client = field(repr=False, compare=False)
-    #: For a cancelled run: when, and the reason given (None when none was).
-    cancelled_at: datetime.datetime | None = None
-    cancel_reason: str | None = None
-    #: The key it was started with (`start_flow(..., idempotency_key=...)`), if any.
-    idempotency_key: str | None = None
-    #: How often it was retried (`retry_run`), and when last.
-    retry_count: int = 0
-    retried_at: datetime.datetime | None = None
-    #: For a failed run: which step failed and why (None otherwise).
-    failure: StepFailure | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.status != "started"
-
-    def wait(
-        self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
-    ) -> Run[OutputT]:
-        """Block until the run completes, fails or is cancelled, woken by the engine's
-        notifications, and return it; a failed run's `failure` says which step failed, its
-        attempts and its error, a cancelled one's `cancel_reason` why.
-
-        With `every_second`, it is also called (and the run read again) once a second while the
-        run goes on: a progress display, or a fallback where notifications do not arrive.
-        Raises TimeoutError when it is still running after `timeout` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        with self.client.connect() as conn:
-            conn.execute(
-                sql.SQL("listen {}").format(sql.Identifier(f"pgflow_run_{self.run_id.hex}"))
-            )
-            while True:
-                # Read after LISTEN and after every event, so no transition slips in between.
-                current: Run[OutputT] = self.client.read_run(conn, self.run_id)
-                if current.finished:
-                    return current
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"Run {self.run_id} is still running after {timeout} s.")
-                if every_second is not None:
-                    every_second()
-                    remaining = min(remaining, 1.0)
-                for _event in conn.notifies(timeout=remaining, stop_after=1):
-                    pass
-
-    def waiting_signals(
-        self, *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[WaitingSignal]:
-        """The signal steps of this run that wait for their signal now, in step order (the run
-        goes on at each once `Client.send_signal` gives it its payload)."""
-        if conn is None:
-            with self.client.connection() as pooled:
-                return self.waiting_signals(conn=pooled)
-        with conn.cursor(row_factory=class_row(WaitingSignal)) as cur:
-            return cur.execute(queries.WAITING_SIGNALS, (self.run_id,)).fetchall()
-
-    def unserved_steps(
-        self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[UnservedStep]:
-        """The steps of this run whose tasks are queued while no live worker (a heartbeat within
-        `freshness` seconds; default: the engine's liveness rule, 15 s) serves their queue: the
-        run cannot go on until one starts. A caller that asks repeatedly passes its own
-        connection."""
-        if conn is None:
-            with self.client.connection() as pooled:
-                return self.unserved_steps(freshness, conn=pooled)
-        with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
-            return cur.execute(queries.UNSERVED_STEPS, (freshness, self.run_id)).fetchall()
 
 
 class Client:
@@ -762,68 +469,6 @@ def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailur
     """The first failed step of a run, with its failed task's attempts and error."""
     with conn.cursor(row_factory=class_row(StepFailure)) as cur:
         return cur.execute(queries.READ_FAILURE, (run_id,)).fetchone()
-
-
-def signal_error(exc: psycopg.Error) -> errors.PgflowError:
-    """The typed error for a signal the engine refused."""
-    diag = exc.diag
-    if isinstance(
-        exc, psycopg.errors.UniqueViolation | psycopg.errors.ObjectNotInPrerequisiteState
-    ):
-        kind: type[errors.PgflowError] = SignalRefusedError
-    elif (
-        isinstance(exc, psycopg.errors.InvalidParameterValue)
-        and diag.message_detail
-        and ("has no signal step" in (diag.message_primary or ""))
-    ):
-        kind = StepNotFoundError
-    elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
-        kind = InvalidSignalPayloadError
-    else:
-        return engine_error(exc)
-    return kind(diag.message_primary or str(exc).strip(), detail=diag.message_detail,
-                hint=diag.message_hint)  # fmt: skip
-
-
-def engine_error(
-    exc: psycopg.Error, *, refused: type[errors.PgflowError] = RunFinishedError
-) -> errors.PgflowError:
-    """The typed error for what the engine refused, keeping its message, detail and hint;
-    `refused` for a run in the wrong state for the call."""
-    diag = exc.diag
-    message = diag.message_primary or str(exc).strip()
-    kind: type[errors.PgflowError] = errors.DatabaseError
-    if isinstance(exc, psycopg.errors.NoDataFound) and (
-        " has no step " in message or " has no signal step " in message
-    ):
-        kind = StepNotFoundError
-    elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Flow "):
-        kind = FlowNotFoundError
-    elif isinstance(exc, psycopg.errors.NoDataFound) and message.startswith("Run "):
-        kind = RunNotFoundError
-    elif isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and message.startswith(
-        "Run "
-    ):
-        kind = refused
-    elif isinstance(exc, psycopg.errors.UndefinedFunction) and "pgflow." in message:
-        return errors.DatabaseError(
-            "The database's pgflow engine is too old for this call.",
-            detail=message,
-            hint="Run `pgflow-gen db migrate` against this database first.",
-        )
-    elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
-        kind = errors.InvalidRunInputError
-    elif isinstance(exc, psycopg.errors.UniqueViolation) and diag.constraint_name == "runs_pkey":
-        return RunExistsError(
-            "A run with this run_id exists already; nothing was started.",
-            detail=diag.message_detail,
-            hint="Pass a new run_id, or none (the engine makes one).",
-        )
-    elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return errors.DatabaseError(
-            message, detail=diag.message_detail, hint=roles.refusal_hint(exc)
-        )
-    return kind(message, detail=diag.message_detail, hint=diag.message_hint)
 
 
 def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:

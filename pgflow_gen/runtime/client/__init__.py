@@ -1,0 +1,84 @@
+"""Starting runs and reading them back, typed by the generated flow module.
+
+>>> from app.pgflow.greet_user import FLOW                       # doctest: +SKIP
+>>> run = Client().start_flow(FLOW, {"first": "Ada", "last": "Lovelace"})  # doctest: +SKIP
+>>> run.wait(timeout=30).output                                 # doctest: +SKIP
+{'greeting': 'Hello, Ada Lovelace!'}
+
+A Client keeps a small pool of connections (psycopg_pool) for its short calls, opened as calls
+need them; `Run.wait` listens on a connection of its own. `close()` (or `with Client() as
+client:`) releases them at once; otherwise they go when the Client is garbage collected.
+
+Three modules: `client` (the Client and its pool), `models` (what its calls return) and
+`refusals` (its typed errors, and the translation of what the engine refused into them).
+"""
+
+from __future__ import annotations
+
+from pgflow_gen.runtime.client.client import (
+    POOL_IDLE_S,
+    POOL_SIZE,
+    POOL_WAIT_S,
+    Client,
+    read_failure,
+    validate_input,
+)
+from pgflow_gen.runtime.client.models import (
+    CONCURRENCY_FIELDS,
+    NO_STEP_LIMITS,
+    Run,
+    RunStatus,
+    SentSignal,
+    StepFailure,
+    StepLimits,
+    StepPause,
+    UnservedStep,
+    WaitingSignal,
+    limits_in_words,
+    with_concurrency,
+)
+from pgflow_gen.runtime.client.refusals import (
+    FlowNotFoundError,
+    InvalidSignalPayloadError,
+    InvalidStepLimitsError,
+    RunExistsError,
+    RunFinishedError,
+    RunNotFailedError,
+    RunNotFoundError,
+    SignalRefusedError,
+    StepNotFoundError,
+    engine_error,
+    signal_error,
+)
+
+__all__ = [
+    "CONCURRENCY_FIELDS",
+    "NO_STEP_LIMITS",
+    "POOL_IDLE_S",
+    "POOL_SIZE",
+    "POOL_WAIT_S",
+    "Client",
+    "FlowNotFoundError",
+    "InvalidSignalPayloadError",
+    "InvalidStepLimitsError",
+    "Run",
+    "RunExistsError",
+    "RunFinishedError",
+    "RunNotFailedError",
+    "RunNotFoundError",
+    "RunStatus",
+    "SentSignal",
+    "SignalRefusedError",
+    "StepFailure",
+    "StepLimits",
+    "StepNotFoundError",
+    "StepPause",
+    "UnservedStep",
+    "WaitingSignal",
+    "engine_error",
+    "limits_in_words",
+    "read_failure",
+    "signal_error",
+    "validate_input",
+    "with_concurrency",
+]

@@ -1,0 +1,260 @@
+"""What client calls return: runs, their failures, waiting signals and unserved steps, step
+pauses and limits (with the limits in words, as `limits` and `status` print them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from pgflow_gen.runtime import queries
+
+if TYPE_CHECKING:
+    from pgflow_gen.runtime.client.client import Client
+
+OutputT = TypeVar("OutputT")
+
+RunStatus = Literal["started", "completed", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class StepPause:
+    """A paused step (`Client.pause_step`): no task of it starts until it is resumed."""
+
+    flow_slug: str
+    step_slug: str
+    reason: str | None
+    paused_at: datetime.datetime
+
+
+@dataclass(frozen=True)
+class StepLimits:
+    """A step's limits (`Client.set_step_limits`, engine 0017) and their use now: tasks started
+    against `max_in_flight`, task starts in the last `rate_period_s` seconds against
+    `rate_limit`. None: no such limit. `set_by` is "spec" or "operator"."""
+
+    flow_slug: str
+    step_slug: str
+    queue_name: str
+    max_in_flight: int | None
+    rate_limit: int | None
+    rate_period_s: int | None
+    set_by: str
+    in_flight: int
+    window_starts: int
+    updated_at: datetime.datetime
+
+    @property
+    def in_words(self) -> str:
+        """ "3/4 in flight, 42/100 starts per 60 s"."""
+        return limits_in_words(dataclasses.asdict(self))
+
+
+def limits_in_words(limits: Mapping[str, Any]) -> str:
+    """A step's limits and their use (step_limit_usage's columns) in a few words, as the CLI,
+    the dashboard and `StepLimits.in_words` say them.
+
+    >>> limits_in_words({"max_in_flight": 4, "in_flight": 3, "rate_limit": 100,
+    ...                  "rate_period_s": 60, "window_starts": 42})
+    '3/4 in flight, 42/100 starts per 60 s'
+    """
+    parts = []
+    if limits["max_in_flight"] is not None:
+        parts.append(f"{limits['in_flight']}/{limits['max_in_flight']} in flight")
+    if limits["rate_limit"] is not None:
+        parts.append(
+            f"{limits['window_starts']}/{limits['rate_limit']} starts per"
+            f" {limits['rate_period_s']} s"
+        )
+    if limits.get("limit_per_key") is not None:
+        waiting = limits["keys_waiting"]
+        parts.append(
+            f"{limits['limit_per_key']} per {limits['key_path']}: {limits['keys_active']} keys"
+            f" in flight, {waiting} waiting"
+            + (
+                f" ({limits['parked']:,} tasks, most for {limits['busiest_key']!r})"
+                if waiting
+                else ""
+            )
+        )
+    return ", ".join(parts)
+
+
+#: What a step's limits hold when only its concurrency key limits it (engine 0018).
+NO_STEP_LIMITS: Final[Mapping[str, Any]] = {
+    "max_in_flight": None,
+    "in_flight": 0,
+    "rate_limit": None,
+    "rate_period_s": None,
+    "window_starts": 0,
+    "set_by": "spec",
+}
+#: pgflow.concurrency_usage's columns that join a step's limits.
+CONCURRENCY_FIELDS = ("key_path", "limit_per_key", "keys_active", "keys_waiting", "admitted",
+                      "parked", "busiest_key", "busiest_parked")  # fmt: skip
+
+
+def with_concurrency(
+    limits: Mapping[tuple[str, str], Mapping[str, Any]], usage: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Steps' limits by (flow, step), each keyed step's concurrency use
+    (pgflow.concurrency_usage's rows) joined in: `limits_in_words` then says its keys too."""
+    merged = {key: dict(value) for key, value in limits.items()}
+    for row in usage:
+        key = (row["flow_slug"], row["step_slug"])
+        merged[key] = {
+            **NO_STEP_LIMITS,
+            "flow_slug": row["flow_slug"],
+            "step_slug": row["step_slug"],
+            "queue_name": row["queue_name"],
+            **merged.get(key, {}),
+            **{field: row[field] for field in CONCURRENCY_FIELDS},
+        }
+    return merged
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """Why a run failed: its first failed step, and the failed task's attempts and error.
+
+    `error` is what the engine stored: `Type: message` on its first line (`summary`), then the
+    handler's traceback when there was one. A step failed without a task failure (a condition
+    with `when_unmet: fail`, an output of the wrong type) has `task_index` None and 0 attempts.
+    """
+
+    step_slug: str
+    task_index: int | None
+    attempts: int
+    error: str | None
+
+    @property
+    def summary(self) -> str:
+        return (self.error or "no error message").split("\n", 1)[0]
+
+    def describe(self) -> str:
+        """One line: `step "greet" task 0, attempt 3: KeyError: 'name'`."""
+        where = f'step "{self.step_slug}"'
+        if self.task_index is not None:
+            where += f" task {self.task_index}, attempt {self.attempts}"
+        return f"{where}: {self.summary}"
+
+
+@dataclass(frozen=True)
+class SentSignal:
+    """A signal the engine took (`Client.send_signal`): `used_at` is when its step took it as
+    its output, None while the step is not ready yet (it takes it the moment it is)."""
+
+    run_id: uuid.UUID
+    step_slug: str
+    payload: Any
+    received_at: datetime.datetime
+    used_at: datetime.datetime | None
+
+
+@dataclass(frozen=True)
+class WaitingSignal:
+    """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
+
+    step_slug: str
+    waiting_since: datetime.datetime
+    deadline: datetime.datetime | None
+
+
+@dataclass(frozen=True)
+class UnservedStep:
+    """A step of a run with queued tasks and no live worker on its queue."""
+
+    step_slug: str
+    queue_name: str
+    queued_tasks: int
+
+
+@dataclass(frozen=True)
+class Run(Generic[OutputT]):
+    """A run as last read from the database; `wait()` returns a fresher one."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: RunStatus
+    input: Any
+    output: OutputT | None
+    started_at: datetime.datetime
+    completed_at: datetime.datetime | None
+    failed_at: datetime.datetime | None
+    client: Client = field(repr=False, compare=False)
+    #: For a cancelled run: when, and the reason given (None when none was).
+    cancelled_at: datetime.datetime | None = None
+    cancel_reason: str | None = None
+    #: The key it was started with (`start_flow(..., idempotency_key=...)`), if any.
+    idempotency_key: str | None = None
+    #: How often it was retried (`retry_run`), and when last.
+    retry_count: int = 0
+    retried_at: datetime.datetime | None = None
+    #: For a failed run: which step failed and why (None otherwise).
+    failure: StepFailure | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "started"
+
+    def wait(
+        self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
+    ) -> Run[OutputT]:
+        """Block until the run completes, fails or is cancelled, woken by the engine's
+        notifications, and return it; a failed run's `failure` says which step failed, its
+        attempts and its error, a cancelled one's `cancel_reason` why.
+
+        With `every_second`, it is also called (and the run read again) once a second while the
+        run goes on: a progress display, or a fallback where notifications do not arrive.
+        Raises TimeoutError when it is still running after `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self.client.connect() as conn:
+            conn.execute(
+                sql.SQL("listen {}").format(sql.Identifier(f"pgflow_run_{self.run_id.hex}"))
+            )
+            while True:
+                # Read after LISTEN and after every event, so no transition slips in between.
+                current: Run[OutputT] = self.client.read_run(conn, self.run_id)
+                if current.finished:
+                    return current
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"Run {self.run_id} is still running after {timeout} s.")
+                if every_second is not None:
+                    every_second()
+                    remaining = min(remaining, 1.0)
+                for _event in conn.notifies(timeout=remaining, stop_after=1):
+                    pass
+
+    def waiting_signals(
+        self, *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[WaitingSignal]:
+        """The signal steps of this run that wait for their signal now, in step order (the run
+        goes on at each once `Client.send_signal` gives it its payload)."""
+        if conn is None:
+            with self.client.connection() as pooled:
+                return self.waiting_signals(conn=pooled)
+        with conn.cursor(row_factory=class_row(WaitingSignal)) as cur:
+            return cur.execute(queries.WAITING_SIGNALS, (self.run_id,)).fetchall()
+
+    def unserved_steps(
+        self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[UnservedStep]:
+        """The steps of this run whose tasks are queued while no live worker (a heartbeat within
+        `freshness` seconds; default: the engine's liveness rule, 15 s) serves their queue: the
+        run cannot go on until one starts. A caller that asks repeatedly passes its own
+        connection."""
+        if conn is None:
+            with self.client.connection() as pooled:
+                return self.unserved_steps(freshness, conn=pooled)
+        with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
+            return cur.execute(queries.UNSERVED_STEPS, (freshness, self.run_id)).fetchall()
