@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime.task_runner import ClaimedTask as Task
+from pgflow_gen.runtime.claimed_task import ClaimedTask as Task
 
 #: The columns of pgflow.start_tasks (the claim before engine 0005).
 START_TASKS_COLUMNS = (

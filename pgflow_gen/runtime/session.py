@@ -22,10 +22,10 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors, queries, startup
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 from pgflow_gen.runtime.liveness import Liveness
-from pgflow_gen.runtime.task_runner import ClaimedTask
 
 #: Advisory lock keys in namespace 2 (namespace 1 belongs to migrations).
 LOCK_NAMESPACE = 2

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pgflow_gen.runtime import permanent, startup
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.metrics import WorkerMetrics
 from pgflow_gen.runtime.task_runner import (
-    ClaimedTask,
     Handler,
     Report,
     RunCancellation,

@@ -24,28 +24,11 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.runtime import errors, permanent, tracing
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.context import Context, _Lazy
 from pgflow_gen.runtime.links import CONNECT_OPTIONS
 
 Handler = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class ClaimedTask:
-    """One row of `pgflow.claim_tasks`: the task, its input, and the attempt this claim started
-    (its callbacks pass it back, so a stale one changes nothing) with the step's timeout."""
-
-    flow_slug: str
-    run_id: uuid.UUID
-    step_slug: str
-    input: Any
-    msg_id: int
-    task_index: int
-    flow_input: Any
-    attempt: int
-    timeout: int
-    #: The W3C trace context the run was started in, read only while tracing (runtime/tracing.py).
-    traceparent: str | None = None
 
 
 #: The most characters of a failure the engine stores: the exception's type and message (at

@@ -18,7 +18,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     from opentelemetry import trace
@@ -26,8 +26,7 @@ try:
 except ModuleNotFoundError:  # the `otel` extra is not installed
     trace = None  # type: ignore[assignment]
 
-if TYPE_CHECKING:
-    from pgflow_gen.runtime.task_runner import ClaimedTask
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 
 TRACER_NAME = "pgflow_gen"
 RECHECK_S = 1.0

@@ -41,6 +41,7 @@ import psycopg
 
 from pgflow_gen.runtime import database, errors, roles
 from pgflow_gen.runtime.assignment import Assignment
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.heartbeat import Heartbeat
 from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.listener import listen
@@ -52,7 +53,6 @@ from pgflow_gen.runtime.scheduler import Scheduler
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
 from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.supervision import Supervisor
-from pgflow_gen.runtime.task_runner import ClaimedTask
 from pgflow_gen.runtime.worker_config import WorkerSettings
 
 __all__ = ["HANDLER_THREAD_PREFIX", "Assignment", "WorkerLoop"]

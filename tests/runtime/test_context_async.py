@@ -14,8 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.context import Context
-from pgflow_gen.runtime.task_runner import ClaimedTask, Handler, Report, run_task
+from pgflow_gen.runtime.task_runner import Handler, Report, run_task
 from tests.engine import Engine
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pgflow_gen.runtime import inputs
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.task_runner import (
     MAX_ERROR_CHARS,
     MAX_SUMMARY_CHARS,
-    ClaimedTask,
     Handler,
     Report,
     RunCancellation,

@@ -3,13 +3,14 @@ pauses and limits (with the limits in words, as `limits` and `status` print them
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -17,8 +18,14 @@ from psycopg.rows import class_row
 
 from pgflow_gen.runtime import queries
 
-if TYPE_CHECKING:
-    from pgflow_gen.runtime.client.client import Client
+
+class RunSource(Protocol):
+    """What a Run reads itself again with: the Client that made it."""
+
+    def connect(self) -> psycopg.Connection[Any]: ...
+    def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
+    def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]: ...
+
 
 OutputT = TypeVar("OutputT")
 
@@ -189,7 +196,7 @@ class Run(Generic[OutputT]):
     started_at: datetime.datetime
     completed_at: datetime.datetime | None
     failed_at: datetime.datetime | None
-    client: Client = field(repr=False, compare=False)
+    client: RunSource = field(repr=False, compare=False)
     #: For a cancelled run: when, and the reason given (None when none was).
     cancelled_at: datetime.datetime | None = None
     cancel_reason: str | None = None

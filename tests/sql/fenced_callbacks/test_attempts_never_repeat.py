@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime.task_runner import ClaimedTask as Task
+from pgflow_gen.runtime.claimed_task import ClaimedTask as Task
 from tests.engine import WORKER_ID, Engine
 
 Scenario = Callable[[Engine], tuple[Task, Task]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgflow_gen.runtime.task_runner import ClaimedTask as Task
+from pgflow_gen.runtime.claimed_task import ClaimedTask as Task
 from tests.engine import START_TASKS_COLUMNS, WORKER_ID, Engine
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime.task_runner import ClaimedTask as Task
+from pgflow_gen.runtime.claimed_task import ClaimedTask as Task
 from tests.engine import Engine
 
 FLOW = "chaos"

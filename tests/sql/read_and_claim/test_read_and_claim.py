@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime.task_runner import ClaimedTask
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from tests.engine import WORKER_ID, Engine
 
 Notice = tuple[str, str]

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime.task_runner import ClaimedTask
+from pgflow_gen.runtime.claimed_task import ClaimedTask
 from tests.engine import WORKER_ID, Engine
 
 QUEUE = "capped__call"
