@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing_extensions import TypedDict
 
 from pgflow_gen.naming import Route
+from pgflow_gen.runtime.app_worker import Worker, run_worker
 from pgflow_gen.runtime.client import (
     Client,
     FlowNotFoundError,
@@ -30,7 +31,6 @@ from pgflow_gen.runtime.client import (
     WaitingSignal,
 )
 from pgflow_gen.runtime.context import Context
-from pgflow_gen.runtime.embedding import Worker, run_worker
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import (
     Flow,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import psycopg
 
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.links import Link, primary_message
+from pgflow_gen.runtime.reconnecting import Link, primary_message
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.sqlstate import Kind, classify
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import psycopg
 
 from pgflow_gen import naming
-from pgflow_gen.runtime.links import Link
+from pgflow_gen.runtime.reconnecting import Link
 from pgflow_gen.runtime.session import Connector, Session
 
 #: A listener that heard nothing for this long checks that its session is alive.

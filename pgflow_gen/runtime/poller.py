@@ -21,7 +21,7 @@ import psycopg
 from pgflow_gen.runtime import reporting, tracing
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.links import Link, connection_lost, primary_message
+from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
 from pgflow_gen.runtime.session import Claim, Session
 from pgflow_gen.runtime.slots import Slots
 from pgflow_gen.runtime.sqlstate import Kind, classify

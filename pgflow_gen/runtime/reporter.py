@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgflow_gen.runtime.links import Link, primary_message
 from pgflow_gen.runtime.poller import Poller
+from pgflow_gen.runtime.reconnecting import Link, primary_message
 from pgflow_gen.runtime.reporting import send_reports
 from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.slots import Slots

@@ -18,8 +18,8 @@ import logging
 
 import psycopg
 
-from pgflow_gen.runtime.links import primary_message
 from pgflow_gen.runtime.metrics import WorkerMetrics
+from pgflow_gen.runtime.reconnecting import primary_message
 from pgflow_gen.runtime.session import Session, TaskRow
 from pgflow_gen.runtime.sqlstate import Kind, classify
 from pgflow_gen.runtime.task_runner import MAX_ERROR_CHARS, Report

@@ -2,7 +2,7 @@
 process (setting `schedules`), one elected per tick.
 
 Each tick is one transaction: `pg_try_advisory_xact_lock` elects one scheduler across every
-worker (the others read the schedules only to know when to wake), which asks `schedules.due`
+worker (the others read the schedules only to know when to wake), which asks `cron_slots.due`
 what to start and calls `pgflow.start_scheduled_runs` for it. The engine's promise (one run per
 slot, by the slot's idempotency key and the schedule's last slot) holds whoever ticks, so an
 election lost or doubled by a network partition costs a wasted call, never a second run. A
@@ -21,8 +21,8 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
-from pgflow_gen.runtime import schedules
-from pgflow_gen.runtime.links import primary_message
+from pgflow_gen.runtime import cron_slots
+from pgflow_gen.runtime.reconnecting import primary_message
 
 #: Advisory lock keys in namespace 2 (session.LOCK_NAMESPACE); 3 and 4 are taken.
 LOCK_NAMESPACE = 2
@@ -79,12 +79,12 @@ class Scheduler:
                 rows = await (await cur.execute(LIST_SCHEDULES)).fetchall()
             self.schedules_seen = len(rows)
             for row in rows:
-                schedule = schedules.Schedule(**row)
+                schedule = cron_slots.Schedule(**row)
                 if schedule.paused:
                     continue
                 try:
-                    plan = schedules.due(schedule, now)
-                    upcoming = schedules.next_slot(schedule, now)
+                    plan = cron_slots.due(schedule, now)
+                    upcoming = cron_slots.next_slot(schedule, now)
                 except (ValueError, KeyError) as exc:
                     self._say_refused(schedule, exc)
                     continue
@@ -96,8 +96,8 @@ class Scheduler:
     async def _start(
         self,
         conn: psycopg.AsyncConnection[Any],
-        schedule: schedules.Schedule,
-        plan: schedules.Plan,
+        schedule: cron_slots.Schedule,
+        plan: cron_slots.Plan,
     ) -> None:
         key = (schedule.flow_slug, schedule.name)
         try:
@@ -132,7 +132,7 @@ class Scheduler:
                 schedule.catch_up,
             )  # fmt: skip
 
-    def _say_refused(self, schedule: schedules.Schedule, exc: Exception) -> None:
+    def _say_refused(self, schedule: cron_slots.Schedule, exc: Exception) -> None:
         key = (schedule.flow_slug, schedule.name, schedule.cron)
         if key not in self._refused:
             self._refused.add(key)

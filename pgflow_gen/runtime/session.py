@@ -3,8 +3,8 @@ engine calls the loop makes, by name. `PsycopgSession` is the real one; the unit
 loop's logic (slots, leases, drain, reconnects, deprecation) with an in-memory fake of it, the
 way procrastinate tests its worker against an in-memory connector.
 
-A session raises psycopg's errors, the fake too: `links.connection_lost` tells a lost connection
-(reconnect) from a failed statement.
+A session raises psycopg's errors, the fake too: `reconnecting.connection_lost` tells a lost
+connection (reconnect) from a failed statement.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors, queries, startup
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.links import CONNECT_OPTIONS
 from pgflow_gen.runtime.liveness import Liveness
+from pgflow_gen.runtime.reconnecting import CONNECT_OPTIONS
 
 #: Advisory lock keys in namespace 2 (namespace 1 belongs to migrations).
 LOCK_NAMESPACE = 2

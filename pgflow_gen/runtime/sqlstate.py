@@ -21,7 +21,7 @@ import enum
 
 import psycopg
 
-from pgflow_gen.runtime.links import Connection, connection_lost
+from pgflow_gen.runtime.reconnecting import Connection, connection_lost
 
 
 class Kind(enum.Enum):
@@ -31,7 +31,8 @@ class Kind(enum.Enum):
     UNKNOWN = "unknown"
 
 
-#: (Class 08 and the server ending the session, 57P01-57P03, are LOST: see links.connection_lost.)
+#: (Class 08 and the server ending the session, 57P01-57P03, are LOST: see
+#: reconnecting.connection_lost.)
 #: Whole classes: 40 transaction rollback (serialization failure 40001, deadlock 40P01), 53
 #: insufficient resources (too many connections 53300, out of memory, disk full).
 _TRANSIENT_CLASSES = ("40", "53")

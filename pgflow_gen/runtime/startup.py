@@ -16,7 +16,7 @@ from pgflow_gen.engine import support
 from pgflow_gen.naming import QueueMode
 from pgflow_gen.runtime import errors, inputs, queries, roles
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.links import connection_lost, primary_message
+from pgflow_gen.runtime.reconnecting import connection_lost, primary_message
 
 
 class Compilation(NamedTuple):

@@ -26,7 +26,7 @@ import psycopg
 from pgflow_gen.runtime import errors, permanent, tracing
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.context import Context, _Lazy
-from pgflow_gen.runtime.links import CONNECT_OPTIONS
+from pgflow_gen.runtime.reconnecting import CONNECT_OPTIONS
 
 Handler = Callable[..., Any]
 

@@ -43,11 +43,11 @@ from pgflow_gen.runtime import database, errors, roles
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.heartbeat import Heartbeat
-from pgflow_gen.runtime.links import Link, connection_lost, primary_message
 from pgflow_gen.runtime.listener import listen
 from pgflow_gen.runtime.liveness import DEFAULT, Liveness
 from pgflow_gen.runtime.metrics import MetricsServer, WorkerMetrics
 from pgflow_gen.runtime.poller import Poller
+from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
 from pgflow_gen.runtime.reporter import Reporter
 from pgflow_gen.runtime.scheduler import Scheduler
 from pgflow_gen.runtime.session import Connector, PsycopgSession, Session

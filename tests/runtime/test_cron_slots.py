@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import schedules
+from pgflow_gen.runtime import cron_slots
+from pgflow_gen.runtime.cron_slots import MAX_CATCH_UP, Schedule, due
 from pgflow_gen.runtime.scheduler import MAX_SLEEP_S, Scheduler
-from pgflow_gen.runtime.schedules import MAX_CATCH_UP, Schedule, due
 from tests.engine import Engine
 
 
@@ -74,7 +74,7 @@ def test_all_is_bounded_to_the_latest_slots() -> None:
 
 
 def test_nothing_is_due_before_the_next_slot_and_a_new_schedule_counts_from_its_creation() -> None:
-    assert due(every_5("all"), at(12, 4, 59)) == schedules.Plan()
+    assert due(every_5("all"), at(12, 4, 59)) == cron_slots.Plan()
     new = every_5("all", last=None, created_at=at(12, 3))
     assert hhmm(due(new, at(12, 16)).slots) == ["12:05", "12:10", "12:15"]
 
@@ -84,7 +84,7 @@ def test_the_cron_is_read_in_the_schedules_time_zone() -> None:
                      last_slot_at=at(0, 0, day=2))  # fmt: skip
     plan = due(paris, at(1, 30))  # 02:30 in Paris: the 02:00 slot is 01:00 UTC
     assert [slot.astimezone(UTC) for slot in plan.slots] == [at(1, 0)]
-    assert schedules.next_slot(paris, at(1, 30)).astimezone(UTC) == at(1, 0, day=4)
+    assert cron_slots.next_slot(paris, at(1, 30)).astimezone(UTC) == at(1, 0, day=4)
 
 
 # -- the scheduler against the engine ----------------------------------------------------------
