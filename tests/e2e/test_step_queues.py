@@ -24,8 +24,12 @@ def hold_first(workers: Workers, db: Db, tmp_path: Path) -> tuple[WorkerProcess,
     gate = tmp_path / "gate"
     start_all(workers)
     run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
-    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
-    return workers.started[0], run_id, gate
+    first = workers.started[0]
+    # The task is started when it is claimed, a moment before its handler runs: wait for the
+    # handler itself, so a signal sent next finds it running.
+    first.wait_for_log(f"waiting for gate {gate}")
+    assert db.task(run_id, "first")["status"] == "started"
+    return first, run_id, gate
 
 
 def start_all(workers: Workers, *first_args: str) -> None:
@@ -238,7 +242,7 @@ def test_a_second_sigterm_ends_the_drain_at_once(workers: Workers, db: Db, tmp_p
     gate = tmp_path / "gate"  # never opened: the handler would wait for the whole grace period
     first = workers.start("e2e_steps", "first", PGFLOW_SHUTDOWN_GRACE="600").started()
     run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
-    eventually(lambda: db.task(run_id, "first")["status"] == "started", "first to start")
+    first.wait_for_log(f"waiting for gate {gate}")
     first.signal(signal.SIGTERM)
     first.wait_for_log("draining 1 handler(s) for up to 600.0 s")
     first.signal(signal.SIGTERM)
