@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgflow_gen.runtime import roles
+from pgflow_gen.engine import roles
 
 
 def login_url(url: str, user: str, password: str, dbname: str | None = None) -> str:

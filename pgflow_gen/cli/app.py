@@ -38,8 +38,9 @@ from pgflow_gen.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
 )
+from pgflow_gen.engine import roles
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import database, errors, migrations, roles
+from pgflow_gen.runtime import database, errors, migrations
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,9 +22,9 @@ from typing import Any, TextIO
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
+from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors, inputs
@@ -103,7 +103,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
     """Start the runs of `args.inputs` (the flow exists); print what started."""
     lines = read_lines(args.inputs)
-    schema_row = conn.execute(cli_queries.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
+    schema_row = conn.execute(operator_statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
     schema = None if schema_row is None else schema_row["schema"]
     check_lines(args.flow_slug, schema, lines, args.inputs)
     todo = [line for line in lines if line.number > args.skip]
@@ -113,7 +113,7 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
         keys = None if args.key_prefix is None else [f"{args.key_prefix}:{x.number}" for x in chunk]
         try:
             rows = conn.execute(
-                cli_queries.START_FLOWS_CREATED,
+                operator_statements.START_FLOWS_CREATED,
                 (args.flow_slug, [Jsonb(x.value) for x in chunk], keys),
             ).fetchall()
         except psycopg.Error as exc:

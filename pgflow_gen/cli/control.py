@@ -18,14 +18,12 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import statements
+from pgflow_gen.engine import client_statements, operator_statements, statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
-from pgflow_gen.runtime import queries as runtime_queries
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -135,7 +133,7 @@ def _cancel(args: argparse.Namespace) -> int:
         cancelled: list[dict[str, Any]] = []
         for run in chosen:
             try:
-                runs.act(conn, runtime_queries.CANCEL_RUN, (run["run_id"], args.reason))
+                runs.act(conn, client_statements.CANCEL_RUN, (run["run_id"], args.reason))
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc)
                 if not isinstance(error, client_module.RunFinishedError):
@@ -169,13 +167,16 @@ def _choose(
     if args.flow_slug is not None:
         runs.require_flow(conn, args.flow_slug)
         rows = conn.execute(
-            cli_queries.STARTED_RUNS_OF_FLOW, {"flow": args.flow_slug, "age": args.older_than}
+            operator_statements.STARTED_RUNS_OF_FLOW,
+            {"flow": args.flow_slug, "age": args.older_than},
         ).fetchall()
         return rows, []
     ids = list(dict.fromkeys(args.run_ids))
     found = {
         row["run_id"]: row
-        for row in conn.execute(cli_queries.RUNS_BY_ID, {"ids": ids, "age": args.older_than})
+        for row in conn.execute(
+            operator_statements.RUNS_BY_ID, {"ids": ids, "age": args.older_than}
+        )
     }
     chosen, refused = [], []
     for run_id in ids:
@@ -227,7 +228,8 @@ def _retry(args: argparse.Namespace) -> int:
         if args.flow_slug is not None:
             runs.require_flow(conn, args.flow_slug)
             chosen = conn.execute(
-                cli_queries.FAILED_RUNS_OF_FLOW, {"flow": args.flow_slug, "age": args.failed_since}
+                operator_statements.FAILED_RUNS_OF_FLOW,
+                {"flow": args.flow_slug, "age": args.failed_since},
             ).fetchall()
             if chosen and not args.yes:
                 _confirm("retry", chosen, "failed_at")
@@ -271,14 +273,14 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str | None:
-    row = conn.execute(cli_queries.RUN_ROW, (run_id,)).fetchone()
+    row = conn.execute(operator_statements.RUN_ROW, (run_id,)).fetchone()
     return None if row is None else str(row["status"])
 
 
 def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_slug: str) -> None:
     """Raise UsageError unless the compiled flow has the step, naming a near one."""
     runs.require_flow(conn, flow_slug)
-    known = [r["step_slug"] for r in conn.execute(cli_queries.STEP_SLUGS, (flow_slug,))]
+    known = [r["step_slug"] for r in conn.execute(operator_statements.STEP_SLUGS, (flow_slug,))]
     runs.require_member(flow_slug, "step", step_slug, known, exact="Slugs")
 
 
@@ -287,7 +289,7 @@ def _pause(args: argparse.Namespace) -> int:
         require_step(conn, args.flow_slug, args.step_slug)
         try:
             pause = runs.act(
-                conn, runtime_queries.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
+                conn, client_statements.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
@@ -307,7 +309,7 @@ def _resume(args: argparse.Namespace) -> int:
         was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
         try:
             row = runs.act(
-                conn, runtime_queries.RESUME_STEP, (args.flow_slug, args.step_slug)
+                conn, client_statements.RESUME_STEP, (args.flow_slug, args.step_slug)
             ).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc

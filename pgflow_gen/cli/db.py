@@ -13,11 +13,11 @@ import psycopg
 from pgflow_gen.cli import flow_sql
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project as project_module
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
+from pgflow_gen.engine import operator_statements
+from pgflow_gen.engine import roles as roles_module
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
-from pgflow_gen.runtime import roles as roles_module
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -129,7 +129,7 @@ def _db_status(args: argparse.Namespace) -> int:
     url = project_module.database_url(args.database_url)
     print(f"url:        {database.redact(url)}")
     with psycopg.connect(url, autocommit=True) as conn:
-        version = conn.execute(cli_queries.SERVER_VERSION).fetchone()
+        version = conn.execute(operator_statements.SERVER_VERSION).fetchone()
         print(f"postgresql: {version[0] if version else '?'}")
         print(f"pgmq:       {_pgmq_version(conn) or 'not installed'}")
         done = migrations.applied(conn)
@@ -140,7 +140,7 @@ def _db_status(args: argparse.Namespace) -> int:
 
 
 def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute(cli_queries.PGMQ_VERSION).fetchone()
+    row = conn.execute(operator_statements.PGMQ_VERSION).fetchone()
     return None if row is None or row[0] is None else str(row[0])
 
 

@@ -17,9 +17,9 @@ from typing import Any, TextIO
 
 from pgflow_gen.cli import control, runs
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
+from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
 
 DEFAULT_BATCH = 10_000
@@ -56,7 +56,7 @@ def _prune(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise UsageError("--batch must be at least 1.", hint=f"The default is {DEFAULT_BATCH:,}.")
     with runs.connect(args) as conn:
-        found = conn.execute(cli_queries.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
+        found = conn.execute(operator_statements.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
         assert found is not None
         if not args.yes:
             _confirm(found, args.older_than)
@@ -64,7 +64,7 @@ def _prune(args: argparse.Namespace) -> int:
         totals = {"runs": 0, "archived_messages": 0, "workers": 0, "batches": 0}
         done = False
         while not done:
-            row = conn.execute(cli_queries.PRUNE, (args.older_than, args.batch)).fetchone()
+            row = conn.execute(operator_statements.PRUNE, (args.older_than, args.batch)).fetchone()
             assert row is not None
             result: dict[str, Any] = row["pruned"]
             for key in ("runs", "archived_messages", "workers"):

@@ -27,10 +27,9 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli import bulk, project
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import statements, support
+from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors, inputs
 from pgflow_gen.runtime import client as client_module
@@ -157,7 +156,9 @@ Pauses = dict[tuple[str, str], dict[str, Any]]
 
 def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
     """The paused steps by (flow, step), with their reason and since when."""
-    return {(r["flow_slug"], r["step_slug"]): r for r in conn.execute(cli_queries.STEP_PAUSES)}
+    return {
+        (r["flow_slug"], r["step_slug"]): r for r in conn.execute(operator_statements.STEP_PAUSES)
+    }
 
 
 Limits = dict[tuple[str, str], dict[str, Any]]
@@ -328,7 +329,7 @@ def _check_input(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, value
     mismatch is a usage error (exit 2). A flow compiled without a schema (by a worker older than
     engine 0006, or on such an engine) is not checked here; the engine still checks the shape it
     needs (an array for a root map)."""
-    row = conn.execute(cli_queries.FLOW_INPUT_SCHEMA, (flow_slug,)).fetchone()
+    row = conn.execute(operator_statements.FLOW_INPUT_SCHEMA, (flow_slug,)).fetchone()
     if row is None or row["schema"] is None:
         return
     try:
@@ -446,10 +447,10 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        run = conn.execute(cli_queries.RUN_ROW, (args.run_id,)).fetchone()
+        run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
-        steps = conn.execute(cli_queries.RUN_STEP_STATUS, (args.run_id,)).fetchall()
+        steps = conn.execute(operator_statements.RUN_STEP_STATUS, (args.run_id,)).fetchall()
         pauses = paused_steps(conn)
         limits = step_limits(conn)
     for s in steps:
@@ -562,7 +563,8 @@ def _runs(args: argparse.Namespace) -> int:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
         rows = conn.execute(
-            cli_queries.RUNS, {"flow": args.flow_slug, "status": args.status, "limit": args.limit}
+            operator_statements.RUNS,
+            {"flow": args.flow_slug, "status": args.status, "limit": args.limit},
         ).fetchall()
     if args.format == "json":
         print_json({
@@ -591,7 +593,7 @@ def _flows(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
-        rows = conn.execute(cli_queries.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
+        rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
 
     if args.format == "json":
         print_json({
@@ -677,11 +679,11 @@ def _coverage(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
-        rule = conn.execute(cli_queries.FRESHNESS, (args.freshness,)).fetchone()
+        rule = conn.execute(operator_statements.FRESHNESS, (args.freshness,)).fetchone()
         assert rule is not None
         freshness = rule["seconds"]
         rows = conn.execute(
-            cli_queries.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
+            operator_statements.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
         ).fetchall()
         pauses = paused_steps(conn)
         limits = step_limits(conn)

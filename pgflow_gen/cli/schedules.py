@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
+from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import cron_slots as schedule_rules
@@ -56,7 +56,11 @@ def _schedules(args: argparse.Namespace) -> int:
             hint=f"For example `pgflow-gen schedules {args.action} nightlyReport nightly`;"
             " `pgflow-gen schedules` lists them.",
         )
-    query = cli_queries.PAUSE_SCHEDULE if args.action == "pause" else cli_queries.RESUME_SCHEDULE
+    query = (
+        operator_statements.PAUSE_SCHEDULE
+        if args.action == "pause"
+        else operator_statements.RESUME_SCHEDULE
+    )
     with runs.connect(args) as conn:
         runs.require_flow(conn, args.flow_slug)
         _require_schedule(conn, args.flow_slug, args.name)
@@ -77,7 +81,9 @@ def _schedules(args: argparse.Namespace) -> int:
 
 
 def _require_schedule(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, name: str) -> None:
-    known = [r["schedule_name"] for r in conn.execute(cli_queries.SCHEDULE_NAMES, (flow_slug,))]
+    known = [
+        r["schedule_name"] for r in conn.execute(operator_statements.SCHEDULE_NAMES, (flow_slug,))
+    ]
     runs.require_member(flow_slug, "schedule", name, known)
 
 
@@ -98,7 +104,9 @@ def _list(args: argparse.Namespace) -> int:
     with runs.connect(args) as conn:
         if args.only_flow is not None:
             runs.require_flow(conn, args.only_flow)
-        rows = conn.execute(cli_queries.SCHEDULES, (args.only_flow, args.only_flow)).fetchall()
+        rows = conn.execute(
+            operator_statements.SCHEDULES, (args.only_flow, args.only_flow)
+        ).fetchall()
     for row in rows:
         row["next_run_at"] = _next(row)
     if args.format == "json":

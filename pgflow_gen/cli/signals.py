@@ -13,14 +13,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import queries as cli_queries
 from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
+from pgflow_gen.engine import client_statements, operator_statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors
-from pgflow_gen.runtime import queries as runtime_queries
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -50,13 +49,13 @@ def _signal(args: argparse.Namespace) -> int:
             f"--payload is not JSON: {exc}", hint="For example --payload '{\"approved\": true}'."
         ) from None
     with runs.connect(args) as conn:
-        run = conn.execute(cli_queries.RUN_ROW, (args.run_id,)).fetchone()
+        run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         _require_signal_step(conn, run["flow_slug"], args.step_slug)
         try:
             sent = runs.act(
-                conn, runtime_queries.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
+                conn, client_statements.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
             ).fetchone()
         except psycopg.Error as exc:
             error = client_module.signal_error(exc)
@@ -78,7 +77,7 @@ def _signal(args: argparse.Namespace) -> int:
 
 def _require_signal_step(conn: psycopg.Connection[dict[str, Any]], flow: str, step: str) -> None:
     """Raise UsageError unless the flow has the signal step, naming a near one."""
-    rows = conn.execute(cli_queries.FLOW_STEPS, {"flow": flow}).fetchall()
+    rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": flow}).fetchall()
     signals = [r["step_slug"] for r in rows if r["step_type"] == "signal"]
     if step in signals:
         return

@@ -20,11 +20,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from pgflow_gen.dashboard import pages
-from pgflow_gen.dashboard import queries as q
-from pgflow_gen.engine import statements
+from pgflow_gen.engine import client_statements, dashboard_statements, statements
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors, sqlstate
-from pgflow_gen.runtime import queries as runtime_queries
 
 log = logging.getLogger("pgflow_gen.dashboard")
 
@@ -38,8 +36,8 @@ async def cancel(request: Request) -> Response:
     reason = str(form.get("reason") or "").strip() or None
 
     async def act(conn: Connection) -> str:
-        await _one(conn, q.RUN_FLOW, run_id)
-        await conn.execute(runtime_queries.CANCEL_RUN, (run_id, reason))
+        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
+        await conn.execute(client_statements.CANCEL_RUN, (run_id, reason))
         return f"Cancelled run {run_id}."
 
     return await _perform(request, f"/runs/{run_id}", act)
@@ -50,7 +48,7 @@ async def retry(request: Request) -> Response:
     await _checked_form(request)
 
     async def act(conn: Connection) -> str:
-        await _one(conn, q.RUN_FLOW, run_id)
+        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
         await conn.execute(statements.RETRY_RUN, (run_id,))
         return f"Retried run {run_id} from where it failed."
 
@@ -68,8 +66,8 @@ async def signal(request: Request) -> Response:
         return _back(back, error=f"The payload is not JSON: {exc}.")
 
     async def act(conn: Connection) -> str:
-        await _one(conn, q.RUN_FLOW, run_id)
-        await conn.execute(runtime_queries.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload)))
+        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
+        await conn.execute(client_statements.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload)))
         return f"Sent the signal of step {step_slug}."
 
     return await _perform(request, back, act, classify=client_module.signal_error)
@@ -81,7 +79,7 @@ async def pause(request: Request) -> Response:
     reason = str(form.get("reason") or "").strip() or None
 
     async def act(conn: Connection) -> str:
-        await conn.execute(runtime_queries.PAUSE_STEP, (flow_slug, step_slug, reason))
+        await conn.execute(client_statements.PAUSE_STEP, (flow_slug, step_slug, reason))
         return f"Paused step {step_slug} of {flow_slug}: none of its tasks starts until resumed."
 
     return await _perform(request, _came_from(request, "/queues"), act)
@@ -92,7 +90,7 @@ async def resume(request: Request) -> Response:
     await _checked_form(request)
 
     async def act(conn: Connection) -> str:
-        row = await _one(conn, runtime_queries.RESUME_STEP, flow_slug, step_slug)
+        row = await _one(conn, client_statements.RESUME_STEP, flow_slug, step_slug)
         return (
             f"Resumed step {step_slug} of {flow_slug}: {row['resume_step']} held task(s) can start."
         )

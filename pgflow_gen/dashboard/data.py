@@ -1,6 +1,7 @@
 """What each page shows, read from the database and shaped into plain view objects that the
 templates print without deciding anything. One async function per page; each takes a connection
-from the dashboard's pool and sends the named statements of queries.py.
+from the dashboard's pool and sends the named statements of
+`pgflow_gen.engine.dashboard_statements`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from pgflow_gen.dashboard import dag
-from pgflow_gen.dashboard import queries as q
-from pgflow_gen.engine import statements
+from pgflow_gen.engine import dashboard_statements, statements
 from pgflow_gen.runtime.client import limits_in_words, with_concurrency
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
@@ -103,12 +103,17 @@ class Route:
 
 async def routes(conn: Connection) -> list[Route]:
     """Every step route with its coverage, pause, limits, tasks and its queue's metrics."""
-    live_within = await _one(conn, q.LIVE_WITHIN)
-    rows = await (await conn.execute(q.ROUTES, (live_within["seconds"],))).fetchall()
-    metrics = {m["queue_name"]: m for m in await (await conn.execute(q.QUEUE_METRICS)).fetchall()}
+    live_within = await _one(conn, dashboard_statements.LIVE_WITHIN)
+    rows = await (
+        await conn.execute(dashboard_statements.ROUTES, (live_within["seconds"],))
+    ).fetchall()
+    metrics = {
+        m["queue_name"]: m
+        for m in await (await conn.execute(dashboard_statements.QUEUE_METRICS)).fetchall()
+    }
     limits = {
         (r["flow_slug"], r["step_slug"]): r
-        for r in await (await conn.execute(q.STEP_LIMITS)).fetchall()
+        for r in await (await conn.execute(dashboard_statements.STEP_LIMITS)).fetchall()
     }
     usage = await (await conn.execute(statements.CONCURRENCY_USAGE)).fetchall()
     limits = with_concurrency(limits, usage)
@@ -159,12 +164,12 @@ class Overview:
 
 async def overview(conn: Connection) -> Overview:
     minutes: dict[str, list[int]] = {}
-    for row in await (await conn.execute(q.TASKS_PER_MINUTE)).fetchall():
+    for row in await (await conn.execute(dashboard_statements.TASKS_PER_MINUTE)).fetchall():
         if 0 <= row["minute"] < 60:
             minutes.setdefault(row["flow_slug"], [0] * 60)[59 - row["minute"]] = row["tasks"]
     flows = [
         FlowSummary(**row, per_minute=tuple(minutes.get(row["flow_slug"], [0] * 60)))
-        for row in await (await conn.execute(q.FLOWS)).fetchall()
+        for row in await (await conn.execute(dashboard_statements.FLOWS)).fetchall()
     ]
     return Overview(flows=flows, routes=await routes(conn))
 
@@ -253,7 +258,7 @@ async def runs_page(
         params["at"], params["id"] = read_cursor(newer_than)
     elif older_than is not None:
         params["at"], params["id"] = read_cursor(older_than)
-    query = q.RUNS_NEWER if going_newer else q.RUNS_OLDER
+    query = dashboard_statements.RUNS_NEWER if going_newer else dashboard_statements.RUNS_OLDER
     found = [RunRow(**row) for row in await (await conn.execute(query, params)).fetchall()]
     more = len(found) > size
     if going_newer:
@@ -362,20 +367,23 @@ class RunDetail:
 
 async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
     """The run, its steps and its timeline; None when there is no such run."""
-    run = await (await conn.execute(q.RUN_SUMMARY, (run_id,))).fetchone()
+    run = await (await conn.execute(dashboard_statements.RUN_SUMMARY, (run_id,))).fetchone()
     if run is None:
         return None
     pauses = {
         row["step_slug"]: row
-        for row in await (await conn.execute(q.FLOW_PAUSES, (run["flow_slug"],))).fetchall()
+        for row in await (
+            await conn.execute(dashboard_statements.FLOW_PAUSES, (run["flow_slug"],))
+        ).fetchall()
     }
+    details = await conn.execute(dashboard_statements.RUN_STEP_DETAILS, (run_id,))
     steps = [
         StepView(**{**row, "dependencies": tuple(row["dependencies"])},
                  paused=row["step_slug"] in pauses)
-        for row in await (await conn.execute(q.RUN_STEP_DETAILS, (run_id,))).fetchall()
+        for row in await details.fetchall()
     ]  # fmt: skip
-    signals = await (await conn.execute(q.RUN_SIGNALS, (run_id,))).fetchall()
-    actions = await (await conn.execute(q.RUN_ACTIONS, (run_id,))).fetchall()
+    signals = await (await conn.execute(dashboard_statements.RUN_SIGNALS, (run_id,))).fetchall()
+    actions = await (await conn.execute(dashboard_statements.RUN_ACTIONS, (run_id,))).fetchall()
     graph = dag.layout([dag.Box(s.step_slug, s.dependencies, s.state, s.caption) for s in steps])
     return RunDetail(
         run=run, steps=steps, graph=graph, events=timeline(run, steps, signals, actions),
@@ -424,7 +432,9 @@ def timeline(
 
 
 async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> Any:
-    row = await (await conn.execute(q.STEP_OUTPUT, (run_id, step_slug))).fetchone()
+    row = await (
+        await conn.execute(dashboard_statements.STEP_OUTPUT, (run_id, step_slug))
+    ).fetchone()
     return None if row is None else row["output"]
 
 

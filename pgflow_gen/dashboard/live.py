@@ -21,13 +21,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from pgflow_gen.dashboard import pages
-from pgflow_gen.dashboard import queries as q
+from pgflow_gen.engine import dashboard_statements, statements
 
 log = logging.getLogger("pgflow_gen.dashboard")
 
@@ -98,7 +97,7 @@ class RunEvents:
         while True:
             wanted = set(self._streams)
             for channel in sorted(wanted - self._listening):
-                await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                await conn.execute(statements.listen(channel))
                 # Every stream of the channel now, including one that arrived during the LISTEN.
                 self._listening.add(channel)
                 for queue in self._streams.get(channel, ()):
@@ -106,7 +105,7 @@ class RunEvents:
             for channel in sorted(self._listening - wanted):
                 # Before the UNLISTEN: a stream arriving meanwhile waits for the next LISTEN.
                 self._listening.discard(channel)
-                await conn.execute(sql.SQL("unlisten {}").format(sql.Identifier(channel)))
+                await conn.execute(statements.unlisten(channel))
             async with contextlib.aclosing(conn.notifies(timeout=COMMAND_EVERY_S)) as heard:
                 async for notify in heard:
                     for queue in self._streams.get(notify.channel, ()):
@@ -148,7 +147,7 @@ async def run_events(request: Request) -> Response:
 
 async def _require_run(request: Request, run_id: uuid.UUID) -> None:
     async with request.app.state.pool.connection() as conn:
-        row = await (await conn.execute(q.RUN_FLOW, (run_id,))).fetchone()
+        row = await (await conn.execute(dashboard_statements.RUN_FLOW, (run_id,))).fetchone()
     if row is None:
         raise HTTPException(404, "No such run in this database (it may have been pruned).")
 

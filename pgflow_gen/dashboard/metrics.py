@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pgflow_gen.dashboard import data
-from pgflow_gen.dashboard import queries as q
+from pgflow_gen.engine import dashboard_statements
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ROUTE_LABELS = ("flow", "step", "queue")
@@ -38,9 +38,9 @@ class Snapshot:
 async def snapshot(conn: psycopg.AsyncConnection[dict[str, Any]]) -> Snapshot:
     return Snapshot(
         routes=await data.routes(conn),
-        runs=await (await conn.execute(q.RUNS_BY_STATUS)).fetchall(),
-        stalled=await (await conn.execute(q.STALLED_TASKS)).fetchall(),
-        workers=await (await conn.execute(q.WORKER_STATES)).fetchall(),
+        runs=await (await conn.execute(dashboard_statements.RUNS_BY_STATUS)).fetchall(),
+        stalled=await (await conn.execute(dashboard_statements.STALLED_TASKS)).fetchall(),
+        workers=await (await conn.execute(dashboard_statements.WORKER_STATES)).fetchall(),
     )
 
 

@@ -1,11 +1,13 @@
 """The statements more than one part of pgflow-gen sends (the client, the CLI, the dashboard):
-each defined once, named and `LiteralString`. Every other statement still lives beside its one
-caller (`runtime/queries.py`, `cli/queries.py`, `dashboard/queries.py`) until the gateway owns
-them all (the "engine gateway" issue)."""
+each defined once, named and `LiteralString`, and the LISTEN and UNLISTEN of a channel. The
+statements one part sends live beside these: `worker_statements`, `client_statements`,
+`operator_statements` (the CLI's), `dashboard_statements` and `admin_statements`."""
 
 from __future__ import annotations
 
 from typing import Final, LiteralString
+
+from psycopg import sql
 
 # -- runs ----------------------------------------------------------------------------------------
 #: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id and
@@ -57,3 +59,14 @@ WORKERS: Final[LiteralString] = (
     " else 'live' end as state"
     " from pgflow.workers where %s or stopped_at is null order by queue_name, started_at"
 )
+
+
+# -- notifications -------------------------------------------------------------------------------
+def listen(channel: str) -> sql.Composed:
+    """LISTEN to `channel` (any name: it is quoted as an identifier)."""
+    return sql.SQL("listen {}").format(sql.Identifier(channel))
+
+
+def unlisten(channel: str) -> sql.Composed:
+    """UNLISTEN `channel`."""
+    return sql.SQL("unlisten {}").format(sql.Identifier(channel))

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
-from pgflow_gen.runtime import queries
+from pgflow_gen.engine import worker_statements
 
 InputT = TypeVar("InputT")
 
@@ -123,7 +123,7 @@ class Context(Generic[InputT]):
     def flow_input(self) -> InputT:
         if self._flow_input is not None:
             return self._flow_input  # type: ignore[no-any-return]
-        row = self.connection.execute(queries.RUN_INPUT, (self.run_id,)).fetchone()
+        row = self.connection.execute(worker_statements.RUN_INPUT, (self.run_id,)).fetchone()
         value: Any = row[0] if row else None
         object.__setattr__(self, "_flow_input", value)
         return value  # type: ignore[no-any-return]

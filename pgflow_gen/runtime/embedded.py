@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psycopg
 
+from pgflow_gen.engine import admin_statements
 from pgflow_gen.runtime import errors
 
 SERVICE_USER = "pgserver"
@@ -216,7 +217,7 @@ class EmbeddedServer:
 
     def _mark_local(self) -> None:
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute("alter database postgres set pgflow.local = 'on'")
+            conn.execute(admin_statements.MARK_LOCAL)
 
     def _give_to_service_user(self, path: Path) -> None:
         """As root, hand `path` to the service user and make its parents traversable."""

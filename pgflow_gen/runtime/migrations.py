@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgflow_gen.runtime import errors, queries
+from pgflow_gen.engine import admin_statements, worker_statements
+from pgflow_gen.runtime import errors
 
 # Advisory lock keys (two-int form; namespace 1 is used by the engine for flow definitions).
 _LOCK_NAMESPACE = 2
@@ -91,26 +92,26 @@ def ensure_pgmq(conn: psycopg.Connection[Any]) -> str | None:
         return None
     script, version = pgmq_sql()
     with conn.transaction():
-        conn.execute(queries.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
+        conn.execute(worker_statements.LOCK_FOR_TRANSACTION, (_LOCK_NAMESPACE, _PGMQ_INSTALL_LOCK))
         if _has_pgmq(conn):
             return None
         conn.execute(trusted(script))
         comment = f"PGMQ {version}, installed as SQL by pgflow-gen"
-        conn.execute(sql.SQL("comment on schema pgmq is {}").format(sql.Literal(comment)))
+        conn.execute(admin_statements.comment_on_pgmq(comment))
     return version
 
 
 def _has_pgmq(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(queries.HAS_PGMQ).fetchone()
+    row = conn.execute(admin_statements.HAS_PGMQ).fetchone()
     return bool(row and row[0])
 
 
 def applied(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """Applied engine migrations as {version: checksum} (empty before the first migration)."""
-    exists = conn.execute(queries.HAS_MIGRATIONS).fetchone()
+    exists = conn.execute(admin_statements.HAS_MIGRATIONS).fetchone()
     if not exists or not exists[0]:
         return {}
-    rows = conn.execute(queries.APPLIED_MIGRATIONS).fetchall()
+    rows = conn.execute(admin_statements.APPLIED_MIGRATIONS).fetchall()
     return {str(version): str(checksum) for version, checksum in rows}
 
 
@@ -157,7 +158,7 @@ def migrate(
     if not conn.autocommit:
         raise errors.MigrationError("migrate() needs an autocommit connection.")
     ensure_pgmq(conn)
-    conn.execute(queries.LOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+    conn.execute(admin_statements.LOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
     try:
         done: list[Migration] = []
         for migration in pending(conn, target):
@@ -167,16 +168,17 @@ def migrate(
             done.append(migration)
         return done
     finally:
-        conn.execute(queries.UNLOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
+        conn.execute(admin_statements.UNLOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
 
 
 def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("set local lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            conn.execute(admin_statements.set_lock_timeout(LOCK_TIMEOUT))
             conn.execute(trusted(migration.sql))
             conn.execute(
-                queries.RECORD_MIGRATION, (migration.version, migration.name, migration.checksum)
+                admin_statements.RECORD_MIGRATION,
+                (migration.version, migration.name, migration.checksum),
             )
     except psycopg.Error as exc:
         diag = exc.diag
@@ -196,7 +198,7 @@ def engine_script() -> str:
     for m in available():
         parts.append(f"-- pgflow-gen engine migration {m.version}_{m.name}\nbegin;\n")
         parts.append(m.sql.rstrip() + "\n")
-        record = sql.SQL(queries.RECORD_MIGRATION_SCRIPT).format(
+        record = sql.SQL(admin_statements.RECORD_MIGRATION_SCRIPT).format(
             sql.Literal(m.version), sql.Literal(m.name), sql.Literal(m.checksum)
         )
         parts.append(f"{record.as_string(None)}\ncommit;\n\n")

@@ -16,11 +16,12 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Callable
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from pgflow_gen.engine import worker_statements
 from pgflow_gen.runtime import cron_slots
 from pgflow_gen.runtime.reconnecting import primary_message
 
@@ -37,15 +38,6 @@ IDLE_CHECK_S = 30.0
 #: Past a slot's time before it ticks, so that the slot is due (clocks differ a little).
 WAKE_MARGIN_S = 0.05
 
-ELECT: LiteralString = "select pg_try_advisory_xact_lock(%s, %s) as elected"
-#: The schedules as the engine lists them to workers (engine 0019: workers read no table).
-LIST_SCHEDULES: LiteralString = (
-    "select flow_slug, name, cron, timezone, catch_up, last_slot_at, created_at, paused"
-    " from pgflow.list_schedules()"
-)
-START: LiteralString = (
-    "select slot, run_id, created from pgflow.start_scheduled_runs(%s, %s, %s, %s)"
-)
 
 Clock = Callable[[], datetime.datetime]
 
@@ -72,11 +64,13 @@ class Scheduler:
         now = self.clock()
         wake = MAX_SLEEP_S
         async with conn.transaction():
-            cursor = await conn.execute(ELECT, (LOCK_NAMESPACE, SCHEDULER_LOCK))
+            cursor = await conn.execute(
+                worker_statements.ELECT_SCHEDULER, (LOCK_NAMESPACE, SCHEDULER_LOCK)
+            )
             row = await cursor.fetchone()
             elected = bool(row and row[0])
             async with conn.cursor(row_factory=dict_row) as cur:
-                rows = await (await cur.execute(LIST_SCHEDULES)).fetchall()
+                rows = await (await cur.execute(worker_statements.LIST_SCHEDULES)).fetchall()
             self.schedules_seen = len(rows)
             for row in rows:
                 schedule = cron_slots.Schedule(**row)
@@ -104,7 +98,7 @@ class Scheduler:
             async with conn.transaction():  # a savepoint: one schedule's failure is its own
                 started = await (
                     await conn.execute(
-                        START,
+                        worker_statements.START_SCHEDULED_RUNS,
                         (schedule.flow_slug, schedule.name, plan.slots, plan.passed_through),
                     )
                 ).fetchall()

@@ -13,15 +13,15 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, LiteralString, NamedTuple, Protocol
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.engine import statements, worker_statements
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, queries, startup
+from pgflow_gen.runtime import errors, startup
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.liveness import Liveness
@@ -225,13 +225,13 @@ class PsycopgSession:
         One worker at a time (an advisory lock)."""
         async with self.conn.transaction():
             await self.conn.execute(
-                queries.LOCK_FOR_TRANSACTION, (LOCK_NAMESPACE, NOTIFY_SETUP_LOCK)
+                worker_statements.LOCK_FOR_TRANSACTION, (LOCK_NAMESPACE, NOTIFY_SETUP_LOCK)
             )
-            await self.conn.execute(queries.ENABLE_STATEMENT_NOTIFICATIONS, (queue,))
+            await self.conn.execute(worker_statements.ENABLE_STATEMENT_NOTIFICATIONS, (queue,))
 
     async def liveness(self) -> Liveness:
         try:
-            cursor = await self.conn.execute(queries.WORKER_LIVENESS)
+            cursor = await self.conn.execute(worker_statements.WORKER_LIVENESS)
         except psycopg.DataError as exc:  # class 22: a setting that is no interval, or out of range
             raise errors.ConfigError(
                 "The database's worker liveness settings cannot be used.",
@@ -248,7 +248,7 @@ class PsycopgSession:
         self, worker_id: uuid.UUID, queue: str, name: str, flow_slug: str, step_slug: str | None
     ) -> None:
         await self.conn.execute(
-            queries.REGISTER_WORKER, (worker_id, queue, name, flow_slug, step_slug)
+            worker_statements.REGISTER_WORKER, (worker_id, queue, name, flow_slug, step_slug)
         )
 
     async def read_and_claim(
@@ -264,7 +264,7 @@ class PsycopgSession:
         self._next_visible_in, self._cut_short = None, False
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             await claim.execute(
-                queries.READ_AND_CLAIM,
+                worker_statements.READ_AND_CLAIM,
                 (flow_slug, queue, worker_id, limit, visibility, step_slug),
             )
             tasks = await claim.fetchall()
@@ -286,7 +286,7 @@ class PsycopgSession:
         self._limited, self._next_visible_in, self._cut_short = [], None, False
         async with self.conn.cursor(row_factory=class_row(ClaimedTask)) as claim:
             await claim.execute(
-                queries.COMPLETE_AND_CLAIM,
+                worker_statements.COMPLETE_AND_CLAIM,
                 (flow_slug, queue, worker_id, limit, visibility, step_slug, *results),
             )
             claimed = await claim.fetchall()
@@ -347,11 +347,11 @@ class PsycopgSession:
             return  # not the detail this release writes: nothing to add
 
     async def set_visibility(self, queue: str, msg_ids: list[int], seconds: list[int]) -> None:
-        await self.conn.execute(queries.SET_VISIBILITY, (queue, msg_ids, seconds))
+        await self.conn.execute(worker_statements.SET_VISIBILITY, (queue, msg_ids, seconds))
 
     async def complete_task(self, task: ClaimedTask, output: Any) -> TaskRow:
         key = (task.run_id, task.step_slug, task.task_index)
-        return await self._row(queries.COMPLETE_TASK, (*key, Jsonb(output), task.attempt))
+        return await self._row(worker_statements.COMPLETE_TASK, (*key, Jsonb(output), task.attempt))
 
     async def fail_task(
         self, task: ClaimedTask, error: str, not_retried: str | None = None
@@ -359,22 +359,24 @@ class PsycopgSession:
         key = (task.run_id, task.step_slug, task.task_index)
         if not_retried is not None:
             return await self._row(
-                queries.FAIL_TASK_PERMANENTLY, (*key, error, task.attempt, not_retried)
+                worker_statements.FAIL_TASK_PERMANENTLY, (*key, error, task.attempt, not_retried)
             )
-        return await self._row(queries.FAIL_TASK, (*key, error, task.attempt))
+        return await self._row(worker_statements.FAIL_TASK, (*key, error, task.attempt))
 
     async def complete_tasks(self, tasks: list[ClaimedTask], outputs: list[Any]) -> list[TaskRow]:
-        cursor = await self.conn.execute(queries.COMPLETE_TASKS, _result_columns(tasks, outputs))
+        cursor = await self.conn.execute(
+            worker_statements.COMPLETE_TASKS, _result_columns(tasks, outputs)
+        )
         return [(row[0], row[1]) for row in await cursor.fetchall()]
 
     async def heartbeat(self, worker_id: uuid.UUID) -> bool:
-        return await self._true(queries.HEARTBEAT, (worker_id,))
+        return await self._true(worker_statements.HEARTBEAT, (worker_id,))
 
     async def renew_leases(self, worker_id: uuid.UUID, tasks: Sequence[ClaimedTask]) -> int:
         if not tasks:
             return 0
         cursor = await self.conn.execute(
-            queries.RENEW_LEASES,
+            worker_statements.RENEW_LEASES,
             (
                 worker_id,
                 [t.run_id for t in tasks],
@@ -389,23 +391,24 @@ class PsycopgSession:
     async def requeue_stalled(self, timeout_s: float) -> int:
         async with self.conn.transaction():
             await self.conn.execute(
-                queries.LIMIT_TRANSACTION, (f"{round(timeout_s * 1000)}ms", SWEEP_LOCK_TIMEOUT)
+                worker_statements.LIMIT_TRANSACTION,
+                (f"{round(timeout_s * 1000)}ms", SWEEP_LOCK_TIMEOUT),
             )
             cursor = await self.conn.execute(
-                queries.REQUEUE_STALLED, (LOCK_NAMESPACE, RECOVERY_LOCK)
+                worker_statements.REQUEUE_STALLED, (LOCK_NAMESPACE, RECOVERY_LOCK)
             )
             row = await cursor.fetchone()
         return int(row[0]) if row and row[0] else 0
 
     async def mark_stopped(self, worker_id: uuid.UUID) -> None:
-        await self.conn.execute(queries.MARK_STOPPED, (worker_id,))
+        await self.conn.execute(worker_statements.MARK_STOPPED, (worker_id,))
 
     async def trace_contexts(self, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, str | None]:
-        cursor = await self.conn.execute(queries.TRACE_CONTEXTS, (run_ids,))
+        cursor = await self.conn.execute(worker_statements.TRACE_CONTEXTS, (run_ids,))
         return {row[0]: row[1] for row in await cursor.fetchall()}
 
     async def listen(self, channel: str) -> None:
-        await self.conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+        await self.conn.execute(statements.listen(channel))
 
     async def notifies(self, timeout: float) -> AsyncGenerator[str]:
         """The payloads of the notifications that arrive within `timeout` seconds."""
@@ -413,18 +416,18 @@ class PsycopgSession:
             yield notify.payload
 
     async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-        cursor = await self.conn.execute(queries.CANCELLED_RUNS, (run_ids,))
+        cursor = await self.conn.execute(worker_statements.CANCELLED_RUNS, (run_ids,))
         return [row[0] for row in await cursor.fetchall()]
 
     async def ping(self) -> None:
-        await self.conn.execute(queries.PING)
+        await self.conn.execute(worker_statements.PING)
 
-    async def _true(self, query: queries.Query, params: tuple[Any, ...]) -> bool:
+    async def _true(self, query: LiteralString, params: tuple[Any, ...]) -> bool:
         cursor = await self.conn.execute(query, params)
         row = await cursor.fetchone()
         return bool(row and row[0])
 
-    async def _row(self, query: queries.Query, params: tuple[Any, ...]) -> TaskRow:
+    async def _row(self, query: LiteralString, params: tuple[Any, ...]) -> TaskRow:
         cursor = await self.conn.execute(query, params)
         row = await cursor.fetchone()
         return None if row is None else (row[0], row[1])

@@ -12,9 +12,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.engine import support
+from pgflow_gen.engine import roles, support, worker_statements
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, inputs, queries, roles
+from pgflow_gen.runtime import errors, inputs
 from pgflow_gen.runtime.flow import Flow
 from pgflow_gen.runtime.reconnecting import connection_lost, primary_message
 
@@ -47,12 +47,14 @@ async def compile_flow(
     done = "compiled"  # or "verified", by a role that may not compile
     try:
         await support.require_async(conn)
-        cursor = await conn.execute(queries.MAY_COMPILE)
+        cursor = await conn.execute(worker_statements.MAY_COMPILE)
         may_compile = await cursor.fetchone()
         if may_compile is not None and not may_compile[0]:
             done = "verified"
         cursor = await conn.execute(
-            queries.ENSURE_FLOW_COMPILED if done == "compiled" else queries.VERIFY_FLOW_COMPILED,
+            worker_statements.ENSURE_FLOW_COMPILED
+            if done == "compiled"
+            else worker_statements.VERIFY_FLOW_COMPILED,
             (flow.slug, Jsonb(flow.shape()), queue_mode, Jsonb(list(route_map))),
         )
     except psycopg.OperationalError as exc:

@@ -21,7 +21,7 @@ They run in one TaskGroup under a `supervision.Supervisor`: a part that fails un
 logged and stops the worker, which drains and ends with `WorkerFailedError`. Results wait in
 memory until the reporter has sent them, so a lost connection or a failed statement loses
 nothing. Every database call goes through a `session.Session` (the named engine calls of
-`queries.py`): psycopg in production, an in-memory fake in the loop's unit tests
+`engine/worker_statements.py`): psycopg in production, an in-memory fake in the loop's unit tests
 (tests/runtime/test_worker_loop.py). SIGTERM or SIGINT (or deprecation) stops the polling and
 drains in-flight handlers for the grace period; the worker then marks itself stopped.
 """
@@ -39,7 +39,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
-from pgflow_gen.runtime import database, errors, roles
+from pgflow_gen.engine import roles
+from pgflow_gen.runtime import database, errors
 from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.heartbeat import Heartbeat

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgflow_gen.engine import admin_statements
 from pgflow_gen.runtime import embedded, migrations
 
 #: A server URL (its user may create databases) to use instead of a throwaway embedded server.
@@ -56,18 +56,13 @@ def with_dbname(url: str, dbname: str) -> str:
 def create_database(admin_url: str, name: str, template: str | None = None) -> str:
     """Create database `name` (a clone of `template` when given) and return its URL."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        statement = sql.SQL("create database {}").format(sql.Identifier(name))
-        if template is not None:
-            statement += sql.SQL(" template {} strategy wal_log").format(sql.Identifier(template))
-        conn.execute(statement)
+        conn.execute(admin_statements.create_database(name, template))
     return with_dbname(admin_url, name)
 
 
 def drop_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
+        conn.execute(admin_statements.drop_database(name))
 
 
 def engine_fingerprint() -> str:
@@ -96,11 +91,7 @@ def engine_template(admin_url: str) -> str:
         with psycopg.connect(url, autocommit=True) as conn:
             migrations.migrate(conn)
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("alter database {} rename to {}").format(
-                    sql.Identifier(building), sql.Identifier(name)
-                )
-            )
+            conn.execute(admin_statements.rename_database(building, name))
     except psycopg.errors.DuplicateDatabase:
         pass  # another process finished first: use its template
     finally:
@@ -121,5 +112,5 @@ def fresh_database(admin_url: str, template: str, prefix: str = "pgflow_test") -
 
 def _exists(admin_url: str, name: str) -> bool:
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        row = conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone()
+        row = conn.execute(admin_statements.DATABASE_EXISTS, (name,)).fetchone()
     return row is not None

@@ -24,7 +24,8 @@ import psycopg
 from psycopg import sql
 
 from pgflow_gen import naming
-from pgflow_gen.runtime import errors, queries, startup, worker_config
+from pgflow_gen.engine import client_statements, worker_statements
+from pgflow_gen.runtime import errors, startup, worker_config
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.permanent import NotRetried
@@ -174,7 +175,7 @@ class _Runner:
             hurried = True
 
     async def _status(self) -> str:
-        cursor = await self.conn.execute(queries.RUN_STATUS, (self.run_id,))
+        cursor = await self.conn.execute(worker_statements.RUN_STATUS, (self.run_id,))
         row = await cursor.fetchone()
         return str(row[0]) if row else "missing"
 
@@ -214,7 +215,7 @@ class _Runner:
         hurried = 0
         for queue in queues:
             cursor = await self.conn.execute(
-                sql.SQL(queries.SHOW_WAITING_MESSAGES).format(
+                sql.SQL(worker_statements.SHOW_WAITING_MESSAGES).format(
                     sql.Identifier(naming.pgmq_table(queue.name))
                 ),
                 (str(self.run_id),),
@@ -223,11 +224,11 @@ class _Runner:
         return hurried > 0
 
     async def _waiting_signals(self) -> str:
-        cursor = await self.conn.execute(queries.WAITING_SIGNALS, (self.run_id,))
+        cursor = await self.conn.execute(client_statements.WAITING_SIGNALS, (self.run_id,))
         return ", ".join(f'"{row[0]}"' for row in await cursor.fetchall())
 
     async def _step_states(self) -> str:
-        cursor = await self.conn.execute(queries.STEP_STATES, (self.run_id,))
+        cursor = await self.conn.execute(worker_statements.STEP_STATES, (self.run_id,))
         return "\n".join(
             f"step {slug}: {status}, {remaining} task(s) remaining"
             for slug, status, remaining in await cursor.fetchall()

@@ -20,8 +20,8 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.engine import statements, support
-from pgflow_gen.runtime import database, errors, inputs, queries, tracing
+from pgflow_gen.engine import client_statements, statements, support, worker_statements
+from pgflow_gen.runtime import database, errors, inputs, tracing
 from pgflow_gen.runtime.client.models import (
     Run,
     SentSignal,
@@ -270,7 +270,8 @@ class Client:
             try:
                 with conn.cursor(row_factory=dict_row) as cur:
                     rows = cur.execute(
-                        queries.START_FLOWS, (plain.slug, [Jsonb(i) for i in inputs], keys)
+                        client_statements.START_FLOWS,
+                        (plain.slug, [Jsonb(i) for i in inputs], keys),
                     ).fetchall()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
@@ -295,7 +296,7 @@ class Client:
         """
         with self.connection() as conn:
             try:
-                conn.execute(queries.CANCEL_RUN, (run_id, reason))
+                conn.execute(client_statements.CANCEL_RUN, (run_id, reason))
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
             return self.read_run(conn, run_id)
@@ -339,7 +340,7 @@ class Client:
         with self.connection() as conn, conn.cursor(row_factory=class_row(SentSignal)) as cur:
             try:
                 row = cur.execute(
-                    queries.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload))
+                    client_statements.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload))
                 ).fetchone()
             except (TypeError, ValueError) as exc:  # not JSON: nothing was sent
                 raise InvalidSignalPayloadError(
@@ -366,7 +367,9 @@ class Client:
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         with self.connection() as conn, conn.cursor(row_factory=class_row(StepPause)) as cur:
             try:
-                row = cur.execute(queries.PAUSE_STEP, (plain.slug, step_slug, reason)).fetchone()
+                row = cur.execute(
+                    client_statements.PAUSE_STEP, (plain.slug, step_slug, reason)
+                ).fetchone()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
         assert row is not None  # pause_step returns its row or raises
@@ -383,7 +386,9 @@ class Client:
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         with self.connection() as conn:
             try:
-                row = conn.execute(queries.RESUME_STEP, (plain.slug, step_slug)).fetchone()
+                row = conn.execute(
+                    client_statements.RESUME_STEP, (plain.slug, step_slug)
+                ).fetchone()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
         return int(row[0]) if row else 0
@@ -444,7 +449,7 @@ class Client:
 
     def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]:
         with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(queries.READ_RUN, (run_id,)).fetchone()
+            row = cur.execute(client_statements.READ_RUN, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"Run {run_id} does not exist.")
         failure = read_failure(conn, run_id) if row["status"] == "failed" else None
@@ -461,14 +466,14 @@ def _traced(conn: psycopg.Connection[Any]) -> Iterator[None]:
         yield
         return
     with conn.transaction():
-        conn.execute(queries.SET_TRACEPARENT, (parent,))
+        conn.execute(worker_statements.SET_TRACEPARENT, (parent,))
         yield
 
 
 def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailure | None:
     """The first failed step of a run, with its failed task's attempts and error."""
     with conn.cursor(row_factory=class_row(StepFailure)) as cur:
-        return cur.execute(queries.READ_FAILURE, (run_id,)).fetchone()
+        return cur.execute(client_statements.READ_FAILURE, (run_id,)).fetchone()
 
 
 def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import class_row
 
-from pgflow_gen.runtime import queries
+from pgflow_gen.engine import client_statements, statements
 
 
 class RunSource(Protocol):
@@ -225,9 +224,7 @@ class Run(Generic[OutputT]):
         """
         deadline = time.monotonic() + timeout
         with self.client.connect() as conn:
-            conn.execute(
-                sql.SQL("listen {}").format(sql.Identifier(f"pgflow_run_{self.run_id.hex}"))
-            )
+            conn.execute(statements.listen(f"pgflow_run_{self.run_id.hex}"))
             while True:
                 # Read after LISTEN and after every event, so no transition slips in between.
                 current: Run[OutputT] = self.client.read_run(conn, self.run_id)
@@ -251,7 +248,7 @@ class Run(Generic[OutputT]):
             with self.client.connection() as pooled:
                 return self.waiting_signals(conn=pooled)
         with conn.cursor(row_factory=class_row(WaitingSignal)) as cur:
-            return cur.execute(queries.WAITING_SIGNALS, (self.run_id,)).fetchall()
+            return cur.execute(client_statements.WAITING_SIGNALS, (self.run_id,)).fetchall()
 
     def unserved_steps(
         self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
@@ -264,4 +261,6 @@ class Run(Generic[OutputT]):
             with self.client.connection() as pooled:
                 return self.unserved_steps(freshness, conn=pooled)
         with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
-            return cur.execute(queries.UNSERVED_STEPS, (freshness, self.run_id)).fetchall()
+            return cur.execute(
+                client_statements.UNSERVED_STEPS, (freshness, self.run_id)
+            ).fetchall()

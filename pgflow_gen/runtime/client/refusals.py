@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
-from pgflow_gen.runtime import errors, roles
+from pgflow_gen.engine import roles
+from pgflow_gen.runtime import errors
 
 
 class RunNotFoundError(errors.PgflowError):

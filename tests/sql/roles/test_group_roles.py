@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import roles
+from pgflow_gen.engine import roles
 from tests.engine import Engine, shape_step
 from tests.roles import Logins, refused
 

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.engine import roles
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import roles
 from tests.engine import Engine
 from tests.roles import Logins, refused
 

@@ -27,8 +27,7 @@ from typing import Any, Final, LiteralString
 import psycopg
 from psycopg import sql
 
-from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import errors
+from pgflow_gen.errors import DatabaseError, UsageError
 
 #: The kinds of group role, in the order they are created (client includes reader, admin client).
 KINDS: Final = ("reader", "client", "worker", "admin")
@@ -183,7 +182,7 @@ def engine_ready(conn: psycopg.Connection[Any]) -> None:
     """Raise DatabaseError when the database's engine predates roles (engine 0019)."""
     row = conn.execute(_HAS_ROLES_TABLE).fetchone()
     if not (row and row[0]):
-        raise errors.DatabaseError(
+        raise DatabaseError(
             "This database's engine has no roles yet (engine migration 0019).",
             hint="Run `pgflow-gen db migrate` first.",
         )

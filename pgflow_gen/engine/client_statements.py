@@ -1,0 +1,68 @@
+"""Every statement the client sends, by name (the CLI and the dashboard send some of them too,
+for the same operations): starting runs, reading them, signals, pauses, cancels. Literal
+strings with bound parameters, as everywhere in the gateway.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# -- client --------------------------------------------------------------------------------------
+#: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
+#: (engine 0014).
+START_FLOWS: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
+    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
+)
+#: (run id) -> the run's row, as `Run` takes it.
+READ_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
+    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.runs where run_id = %s"
+)
+#: (run id, step, payload) -> the signal as received (`SentSignal`; engine 0011).
+SEND_SIGNAL: Final[LiteralString] = (
+    "select run_id, step_slug, payload, received_at, used_at from pgflow.send_signal(%s, %s, %s)"
+)
+#: (run id) -> its signal steps that wait for their signal now (`WaitingSignal`), in step order.
+WAITING_SIGNALS: Final[LiteralString] = (
+    "select ss.step_slug, ss.started_at as waiting_since,"
+    " ss.started_at + make_interval(secs => s.opt_timeout) as deadline"
+    " from pgflow.step_states as ss"
+    " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
+    " where ss.run_id = %s and s.step_type = 'signal' and ss.status = 'started'"
+    " order by s.step_index"
+)
+#: (flow, step, reason) -> the step's pause (engine 0010).
+PAUSE_STEP: Final[LiteralString] = (
+    "select flow_slug, step_slug, reason, paused_at from pgflow.pause_step(%s, %s, %s)"
+)
+#: (flow, step) -> how many held messages were shown again (engine 0010).
+RESUME_STEP: Final[LiteralString] = "select pgflow.resume_step(%s, %s)"
+#: (run id, reason) -> the run cancelled (engine 0010).
+CANCEL_RUN: Final[LiteralString] = "select run_id from pgflow.cancel_run(%s, %s)"
+#: (run id) -> its first failed step, with its failed task's attempts and error (`StepFailure`).
+READ_FAILURE: Final[LiteralString] = (
+    "select ss.step_slug, t.task_index, coalesce(t.attempts_count, 0) as attempts,"
+    " coalesce(t.error_message, ss.error_message) as error"
+    " from pgflow.step_states as ss"
+    " left join lateral ("
+    "   select * from pgflow.step_tasks as t"
+    "   where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'failed'"
+    "   order by t.failed_at, t.task_index limit 1"
+    " ) as t on true"
+    " where ss.run_id = %s and ss.status = 'failed'"
+    " order by ss.failed_at limit 1"
+)
+#: (freshness seconds or NULL for the liveness rule, run id) -> the steps of the run with queued
+#: tasks and no live worker (`UnservedStep`).
+UNSERVED_STEPS: Final[LiteralString] = (
+    "select t.step_slug, t.queue_name, count(*)::int as queued_tasks"
+    " from pgflow.step_tasks as t"
+    " join pgflow.queue_coverage(coalesce(make_interval(secs => %s),"
+    "   (pgflow.worker_liveness()).live_within)) as c"
+    "   on c.flow_slug = t.flow_slug and c.step_slug = t.step_slug"
+    " where t.run_id = %s and t.status = 'queued' and not c.covered"
+    " group by t.step_slug, t.queue_name, c.step_index order by c.step_index"
+)
