@@ -40,7 +40,7 @@ async def snapshot(conn: psycopg.AsyncConnection[dict[str, Any]]) -> Snapshot:
         routes=await data.routes(conn),
         runs=await (await conn.execute(dashboard_statements.RUNS_BY_STATUS)).fetchall(),
         stalled=await (await conn.execute(dashboard_statements.STALLED_TASKS)).fetchall(),
-        workers=await (await conn.execute(dashboard_statements.WORKER_STATES)).fetchall(),
+        workers=await (await conn.execute(dashboard_statements.WORKER_STATES, (True,))).fetchall(),
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from pgflow_gen.engine import statements
+
 #: Joins each run of `r` to its tasks by the tasks' primary key, one run at a time (`offset 0`
 #: keeps the planner from hashing the whole tasks table instead, as it would for a few thousand
 #: runs: the history would then cost every page).
@@ -236,13 +238,12 @@ STALLED_TASKS: Final[LiteralString] = (
     " from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
     " group by 1, 2"
 )
-#: () -> workers by flow, step, queue and state (the liveness rule's).
+#: (all: include stopped ones) -> how many workers by flow, step, queue and state: the states
+#: of `statements.WORKERS`, so the metrics count by the same liveness rule `pgflow-gen workers`
+#: and the dashboard's workers page show.
 WORKER_STATES: Final[LiteralString] = (
-    "select coalesce(flow_slug, '') as flow_slug, coalesce(step_slug, '') as step_slug, queue_name,"
-    " case when stopped_at is not null then 'stopped'"
-    "  when deprecated_at is not null then 'deprecated'"
-    "  when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within then 'stale'"
-    "  else 'live' end as state,"
-    " count(*)::int as workers"
-    " from pgflow.workers group by 1, 2, 3, 4 order by 1, 2, 3, 4"
+    "select coalesce(flow_slug, '') as flow_slug, coalesce(step_slug, '') as step_slug,"
+    " queue_name, state, count(*)::int as workers from ("
+    + statements.WORKERS
+    + ") as w group by 1, 2, 3, 4 order by 1, 2, 3, 4"
 )
