@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import operator_statements
+from pgflow_gen.engine import operator_statements, statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors, inputs
@@ -103,7 +103,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
     """Start the runs of `args.inputs` (the flow exists); print what started."""
     lines = read_lines(args.inputs)
-    schema_row = conn.execute(operator_statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
+    schema_row = conn.execute(statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
     schema = None if schema_row is None else schema_row["schema"]
     check_lines(args.flow_slug, schema, lines, args.inputs)
     todo = [line for line in lines if line.number > args.skip]

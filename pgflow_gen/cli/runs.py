@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import dict_row, tuple_row
 
 from pgflow_gen.cli import bulk, project
 from pgflow_gen.cli import parser as cli_parser
@@ -31,7 +30,7 @@ from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, Run, errors, inputs
+from pgflow_gen.runtime import Client, Run, errors
 from pgflow_gen.runtime import client as client_module
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
@@ -110,10 +109,10 @@ def register(commands: cli_parser.Commands) -> None:
     coverage.set_defaults(handler=_coverage)
 
 
-def require_flow(conn: psycopg.Connection[dict[str, Any]], flow_slug: str) -> None:
+def require_flow(conn: psycopg.Connection[Any], flow_slug: str) -> None:
     """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
-    rows = conn.execute(statements.FLOW_SLUGS).fetchall()
-    known = [row["flow_slug"] for row in rows]
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        known = [row[0] for row in cursor.execute(statements.FLOW_SLUGS)]
     if flow_slug in known:
         return
     near = near_match(flow_slug, known)
@@ -245,42 +244,38 @@ def _start(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
-    with connect(args) as conn:
-        require_flow(conn, args.flow_slug)
-        _check_input(conn, args.flow_slug, run_input)
+    url = project.database_url(args.database_url)
+    with Client(url, pool_size=1) as client:
+        with client.connection() as conn:
+            require_flow(conn, args.flow_slug)
         wanted = uuid.uuid4()
         try:
-            row = (
-                conn.execute(statements.START_FLOW, (args.flow_slug, Jsonb(run_input), wanted))
-                if args.key is None
-                else conn.execute(
-                    statements.START_FLOW_WITH_KEY,
-                    (args.flow_slug, Jsonb(run_input), wanted, args.key),
-                )
-            ).fetchone()
-        except psycopg.Error as exc:
-            raise client_module.engine_error(exc) from exc
-    assert row is not None
-    run_id: uuid.UUID = row["run_id"]
-    created = run_id == wanted
+            run = client.start_flow(
+                args.flow_slug, run_input, run_id=wanted, idempotency_key=args.key
+            )
+        except errors.InvalidRunInputError as exc:
+            raise UsageError(exc.message, detail=exc.detail, hint=exc.hint) from None
+        return _started(args, client, run, created=run.run_id == wanted)
+
+
+def _started(args: argparse.Namespace, client: Client, run: Run[Any], *, created: bool) -> int:
+    """Say what `start` did; with --wait, follow the run to its end and say how it ended."""
+    run_id = run.run_id
     said = (
         f"started run {run_id} of {args.flow_slug}"
         if created
-        else f"run {run_id} of {args.flow_slug} has the key {args.key!r} already ({row['status']});"
+        else f"run {run_id} of {args.flow_slug} has the key {args.key!r} already ({run.status});"
         " nothing started"
     )
     as_json = args.format == "json"
     if not args.wait:
         if as_json:
-            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": row["status"],
+            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": run.status,
                         "created": created})  # fmt: skip
         else:
             print(said)
         return EXIT_OK
-    with (
-        Client(project.database_url(args.database_url), pool_size=1) as client,
-        _ctrl_c() as pressed,
-    ):
+    with _ctrl_c() as pressed:
         if not as_json:  # from here on, Ctrl-C says how to follow the run
             print(said, flush=True)
         try:
@@ -322,20 +317,6 @@ def _start(args: argparse.Namespace) -> int:
         print("\n".join(f"  {line}" if line else "" for line in details.splitlines()))
     print(f"(the run and every step: pgflow-gen status {run_id})")
     return EXIT_FAILURE
-
-
-def _check_input(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, value: Any) -> None:
-    """Check the input against the flow's stored input schema before anything is written; a
-    mismatch is a usage error (exit 2). A flow compiled without a schema (by a worker older than
-    engine 0006, or on such an engine) is not checked here; the engine still checks the shape it
-    needs (an array for a root map)."""
-    row = conn.execute(operator_statements.FLOW_INPUT_SCHEMA, (flow_slug,)).fetchone()
-    if row is None or row["schema"] is None:
-        return
-    try:
-        inputs.check(flow_slug, row["schema"], value)
-    except errors.InvalidRunInputError as exc:
-        raise UsageError(exc.message, detail=exc.detail, hint=exc.hint) from None
 
 
 #: Without a terminal, --wait prints a progress line this often (seconds).

@@ -20,11 +20,6 @@ PGMQ_VERSION: Final[LiteralString] = (
 )
 
 # -- flows and runs ------------------------------------------------------------------------------
-#: (flow slug) -> its stored input schema ("schema"; NULL when unknown, and before engine 0006:
-#: to_jsonb reads the column without naming it).
-FLOW_INPUT_SCHEMA: Final[LiteralString] = (
-    "select to_jsonb(f) -> 'input_schema' as schema from pgflow.flows as f where f.flow_slug = %s"
-)
 #: (flow slug, inputs, keys or NULL) -> each run's id and status, and whether this call started
 #: it (a run with the key already was started by an earlier transaction; engine 0014).
 START_FLOWS_CREATED: Final[LiteralString] = (

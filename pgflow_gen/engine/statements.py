@@ -29,6 +29,10 @@ RETRY_RUN: Final[LiteralString] = (
 SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
 
 # -- flows and steps -----------------------------------------------------------------------------
+#: (flow slug) -> the input schema it was compiled with ("schema"; NULL when it has none).
+FLOW_INPUT_SCHEMA: Final[LiteralString] = (
+    "select input_schema as schema from pgflow.flows where flow_slug = %s"
+)
 #: Every compiled flow's slug, in order.
 FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
 #: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all

@@ -203,6 +203,37 @@ def test_wait_gives_up_after_its_timeout(client: Client) -> None:
         run.wait(timeout=0.2)
 
 
+#: The greeting flow as a migration compiles it: with its input's JSON Schema.
+SCHEMA = {
+    "type": "object",
+    "properties": {"first": {"type": "string"}, "last": {"type": "string"}},
+    "required": ["first", "last"],
+    "additionalProperties": False,
+}
+
+
+def test_a_flow_started_by_its_slug_is_checked_against_its_compiled_schema(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    # `pgflow-gen start` and scripts have a slug, not the generated module.
+    compiled: Flow[Any, Any, Any] = Flow(slug="greetUser", steps=FLOW.steps, input_schema=SCHEMA)
+    conn.execute("select pgflow.ensure_flow_compiled(%s, %s)", (FLOW.slug, Jsonb(compiled.shape())))
+    with Client(db_url) as client:
+        with pytest.raises(InvalidRunInputError, match=r"last") as raised:
+            client.start_flow("greetUser", {"first": "Ada"})
+        assert raised.value.message.startswith('Invalid input for flow "greetUser"')
+        with pytest.raises(InvalidRunInputError, match="not JSON-serialisable"):
+            client.start_flow("greetUser", {"first": float("nan"), "last": "x"})
+        assert conn.execute("select count(*) from pgflow.runs").fetchone() == (0,)
+        wanted = uuid.uuid4()
+        run = client.start_flow("greetUser", ADA, run_id=wanted, idempotency_key="k")
+        assert (run.run_id, run.status, run.input) == (wanted, "started", dict(ADA))
+        again = client.start_flow("greetUser", ADA, run_id=uuid.uuid4(), idempotency_key="k")
+        assert again.run_id == wanted
+        with pytest.raises(FlowNotFoundError, match='Flow "greetUsr" does not exist'):
+            client.start_flow("greetUsr", ADA)
+
+
 def test_an_unknown_run_is_an_error(client: Client) -> None:
     with pytest.raises(RunNotFoundError):
         client.get_run(uuid.uuid4())

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 import psycopg
 import psycopg_pool
 import pydantic
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen import shape as shapes
@@ -172,15 +172,29 @@ class Client:
         idempotency_key: str | None = None,
     ) -> Run[OutputT]: ...
 
+    @overload
     def start_flow(
         self,
-        flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+        flow: str,
+        input: Any,
+        *,
+        run_id: uuid.UUID | None = None,
+        idempotency_key: str | None = None,
+    ) -> Run[Any]: ...
+
+    def start_flow(
+        self,
+        flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any] | str,
         input: Any,
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
     ) -> Run[Any]:
         """Validate `input` against the flow's input type, then start a run of it.
+
+        `flow` is a generated module's flow, or a compiled flow's slug for a caller without the
+        generated module (`pgflow-gen start`, a script): its input is then checked against the
+        input schema the flow was compiled with, and the run is untyped.
 
         With an `idempotency_key`, a run of this flow started with that key before is returned
         as it is (whatever its input and status) and nothing starts, also when several callers
@@ -189,23 +203,26 @@ class Client:
         Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
         compiled in the database, DatabaseError for anything else the database refuses.
         """
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        validate_input(plain, input)
+        if not isinstance(flow, str):
+            validate_input(flow.flow if isinstance(flow, StepQueuedFlow) else flow, input)
+        slug = flow if isinstance(flow, str) else flow.slug
         with self.connection() as conn, _traced(conn):
+            if isinstance(flow, str):
+                _check_against_compiled_schema(conn, slug, input)
             try:
                 if idempotency_key is None:
                     row = conn.execute(
-                        statements.START_FLOW, (plain.slug, Jsonb(input), run_id)
+                        statements.START_FLOW, (slug, Jsonb(input), run_id)
                     ).fetchone()
                 else:
                     row = conn.execute(
                         statements.START_FLOW_WITH_KEY,
-                        (plain.slug, Jsonb(input), run_id, idempotency_key),
+                        (slug, Jsonb(input), run_id, idempotency_key),
                     ).fetchone()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
             if row is None:
-                raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{plain.slug}".')
+                raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{slug}".')
             return self.read_run(conn, row[0])
 
     @overload
@@ -474,6 +491,21 @@ def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailur
     """The first failed step of a run, with its failed task's attempts and error."""
     with conn.cursor(row_factory=class_row(StepFailure)) as cur:
         return cur.execute(client_statements.READ_FAILURE, (run_id,)).fetchone()
+
+
+def _check_against_compiled_schema(conn: psycopg.Connection[Any], slug: str, value: Any) -> None:
+    """Raise InvalidRunInputError unless `value` is JSON that fits the input schema flow `slug`
+    was compiled with (a flow compiled without one, or not at all, is left to the engine)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRunInputError(
+            f'The input of flow "{slug}" is not JSON-serialisable: {exc}.'
+        ) from exc
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        row = cursor.execute(statements.FLOW_INPUT_SCHEMA, (slug,)).fetchone()
+    if row is not None and row[0] is not None:
+        inputs.check(slug, row[0], value)
 
 
 def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:
