@@ -40,7 +40,8 @@ from pgflow_gen.cli.exits import (
 )
 from pgflow_gen.engine import roles
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import database, errors, migrations
+from pgflow_gen.runtime import database, errors
+from pgflow_gen.runtime.sql import shipped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,5 +159,5 @@ def _version() -> str:
         version = importlib.metadata.version("pgflow-gen")
     except importlib.metadata.PackageNotFoundError:  # a checkout that is not installed
         version = "unknown"
-    engine = migrations.available()[-1].version
+    engine = shipped.available()[-1].version
     return f"pgflow-gen {version} (engine {engine})"

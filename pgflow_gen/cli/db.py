@@ -18,6 +18,7 @@ from pgflow_gen.engine import operator_statements
 from pgflow_gen.engine import roles as roles_module
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
+from pgflow_gen.runtime.sql import shipped
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -133,7 +134,7 @@ def _db_status(args: argparse.Namespace) -> int:
         print(f"postgresql: {version[0] if version else '?'}")
         print(f"pgmq:       {_pgmq_version(conn) or 'not installed'}")
         done = migrations.applied(conn)
-        for migration in migrations.available():
+        for migration in shipped.available():
             state = "applied" if migration.version in done else "pending"
             print(f"migration:  {migration.version}_{migration.name} {state}")
     return EXIT_OK

@@ -8,6 +8,14 @@ from __future__ import annotations
 from typing import Final, LiteralString
 
 # -- client --------------------------------------------------------------------------------------
+#: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id and
+#: status.
+START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
+#: (flow, input, run id, idempotency key) -> the id and status of the new run, or of the run
+#: with that key (engine 0010).
+START_FLOW_WITH_KEY: Final[LiteralString] = (
+    "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
+)
 #: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
 #: (engine 0014).
 START_FLOWS: Final[LiteralString] = (

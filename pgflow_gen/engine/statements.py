@@ -10,14 +10,6 @@ from typing import Final, LiteralString
 from psycopg import sql
 
 # -- runs ----------------------------------------------------------------------------------------
-#: (flow, input, run id or NULL) -> the new (or, for a known run id, the existing) run's id and
-#: status.
-START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow(%s, %s, %s)"
-#: (flow, input, run id, idempotency key) -> the id and status of the new run, or of the run
-#: with that key (engine 0010).
-START_FLOW_WITH_KEY: Final[LiteralString] = (
-    "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
-)
 #: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
 #: its workers may change it the moment it commits.
 RETRY_RUN: Final[LiteralString] = (

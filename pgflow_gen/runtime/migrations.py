@@ -1,4 +1,4 @@
-"""Engine SQL: the readable source files, the append-only migrations, and applying them.
+"""Applying the engine's SQL (`runtime/sql/shipped.py` reads the files) to a database.
 
 `migrate()` installs PGMQ as plain SQL when the database has no `pgmq` schema, then applies every
 pending engine migration in its own transaction, recording its checksum. Concurrent callers are
@@ -7,13 +7,7 @@ serialised by advisory locks, so two `pgflow-gen db migrate` runs at once are sa
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,58 +15,13 @@ from psycopg import sql
 
 from pgflow_gen.engine import admin_statements, worker_statements
 from pgflow_gen.runtime import errors
+from pgflow_gen.runtime.sql import shipped
 
 # Advisory lock keys (two-int form; namespace 1 is used by the engine for flow definitions).
 _LOCK_NAMESPACE = 2
 _PGMQ_INSTALL_LOCK = 1
 _MIGRATE_LOCK = 2
 LOCK_TIMEOUT = "10s"
-
-_MIGRATION_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
-_SQL_PACKAGE = "pgflow_gen.runtime.sql"
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One numbered engine migration file."""
-
-    version: str
-    name: str
-    sql: str
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
-
-
-def available() -> tuple[Migration, ...]:
-    """Every engine migration shipped with this package, in version order."""
-    folder = resources.files(_SQL_PACKAGE).joinpath("migrations")
-    found = []
-    for entry in folder.iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append(Migration(match["version"], match["name"], entry.read_text("utf-8")))
-    return tuple(sorted(found, key=lambda m: m.version))
-
-
-def released() -> dict[str, str]:
-    """The released engine migrations as {version: checksum} (`released.json`): each never
-    changes again (a test checks the files against it; `make migration` rewrites none)."""
-    text = resources.files(_SQL_PACKAGE).joinpath("released.json").read_text("utf-8")
-    return {str(version): str(checksum) for version, checksum in json.loads(text).items()}
-
-
-def folder() -> Path:
-    """The migrations' folder in this checkout (where `make migration` writes)."""
-    return Path(str(resources.files(_SQL_PACKAGE).joinpath("migrations")))
-
-
-def source_files() -> tuple[tuple[str, str], ...]:
-    """The engine source, one object per file, as (file name, SQL) in file-name order."""
-    folder = resources.files(_SQL_PACKAGE).joinpath("source")
-    entries = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
-    return tuple((e.name, e.read_text("utf-8")) for e in entries)
 
 
 def pgmq_sql() -> tuple[str, str]:
@@ -115,10 +64,10 @@ def applied(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return {str(version): str(checksum) for version, checksum in rows}
 
 
-def pending(conn: psycopg.Connection[Any], target: str | None = None) -> list[Migration]:
+def pending(conn: psycopg.Connection[Any], target: str | None = None) -> list[shipped.Migration]:
     """Migrations still to apply (up to `target`), after checking applied ones are unchanged."""
     done = applied(conn)
-    known = {m.version: m for m in available()}
+    known = {m.version: m for m in shipped.available()}
     if target is not None and target not in known:
         raise errors.MigrationError(
             f"Unknown migration target {target!r}.",
@@ -148,8 +97,8 @@ def migrate(
     conn: psycopg.Connection[Any],
     *,
     target: str | None = None,
-    on_apply: Callable[[Migration], None] | None = None,
-) -> list[Migration]:
+    on_apply: Callable[[shipped.Migration], None] | None = None,
+) -> list[shipped.Migration]:
     """Install PGMQ if missing, then apply pending engine migrations; return those applied.
 
     `conn` must be in autocommit mode: each migration runs in its own transaction with a bounded
@@ -160,7 +109,7 @@ def migrate(
     ensure_pgmq(conn)
     conn.execute(admin_statements.LOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
     try:
-        done: list[Migration] = []
+        done: list[shipped.Migration] = []
         for migration in pending(conn, target):
             if on_apply is not None:
                 on_apply(migration)
@@ -171,7 +120,7 @@ def migrate(
         conn.execute(admin_statements.UNLOCK_FOR_SESSION, (_LOCK_NAMESPACE, _MIGRATE_LOCK))
 
 
-def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
+def _apply(conn: psycopg.Connection[Any], migration: shipped.Migration) -> None:
     try:
         with conn.transaction():
             conn.execute(admin_statements.set_lock_timeout(LOCK_TIMEOUT))
@@ -195,7 +144,7 @@ def _apply(conn: psycopg.Connection[Any], migration: Migration) -> None:
 def engine_script() -> str:
     """All engine migrations as one script that also records them, for other migration tools."""
     parts = []
-    for m in available():
+    for m in shipped.available():
         parts.append(f"-- pgflow-gen engine migration {m.version}_{m.name}\nbegin;\n")
         parts.append(m.sql.rstrip() + "\n")
         record = sql.SQL(admin_statements.RECORD_MIGRATION_SCRIPT).format(

@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgflow_gen.engine import admin_statements
 from pgflow_gen.runtime import embedded, migrations
+from pgflow_gen.runtime.sql import shipped
 
 #: A server URL (its user may create databases) to use instead of a throwaway embedded server.
 SERVER_URL_VARIABLE = "PGFLOW_TEST_DATABASE_URL"
@@ -70,7 +71,7 @@ def engine_fingerprint() -> str:
     digest = hashlib.sha256()
     script, version = migrations.pgmq_sql()
     digest.update(version.encode() + script.encode())
-    for migration in migrations.available():
+    for migration in shipped.available():
         digest.update(migration.version.encode() + migration.sql.encode())
     return digest.hexdigest()[:16]
 

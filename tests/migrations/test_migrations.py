@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime import errors, migrations
-from pgflow_gen.runtime.sql import catalog, writer
+from pgflow_gen.runtime.sql import catalog, shipped, writer
 from pgflow_gen.testing.databases import create_database, drop_database
 
-RELEASED = migrations.released()
+RELEASED = shipped.released()
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -26,7 +26,7 @@ def test_source_files_and_migrations_build_identical_catalogs(
 ) -> None:
     with connect(empty_db_url) as conn:
         migrations.ensure_pgmq(conn)
-        for _name, text in migrations.source_files():
+        for _name, text in shipped.source_files():
             conn.execute(text)
     from_source = catalog.snapshot(empty_db_url)
     from_migrations = catalog.snapshot(db_url)
@@ -36,19 +36,19 @@ def test_source_files_and_migrations_build_identical_catalogs(
 
 
 def test_released_migrations_never_change() -> None:
-    shipped = {m.version: m.checksum for m in migrations.available()}
+    checksums = {m.version: m.checksum for m in shipped.available()}
     for version, checksum in RELEASED.items():
-        assert shipped[version] == checksum, f"migration {version} was edited after release"
+        assert checksums[version] == checksum, f"migration {version} was edited after release"
 
 
 def test_every_migration_is_listed_as_released() -> None:
-    assert sorted(RELEASED) == [m.version for m in migrations.available()]
+    assert sorted(RELEASED) == [m.version for m in shipped.available()]
 
 
 def test_migrate_records_each_migration_with_its_checksum(db_url: str) -> None:
     with connect(db_url) as conn:
         recorded = migrations.applied(conn)
-    assert recorded == {m.version: m.checksum for m in migrations.available()}
+    assert recorded == {m.version: m.checksum for m in shipped.available()}
 
 
 def test_migrate_is_idempotent(db_url: str) -> None:
@@ -74,9 +74,9 @@ def test_concurrent_migrations_apply_everything_once(empty_db_url: str) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(results, key=str) == [0, 0, 0, len(migrations.available())]
+    assert sorted(results, key=str) == [0, 0, 0, len(shipped.available())]
     with connect(empty_db_url) as conn:
-        assert migrations.applied(conn).keys() == {m.version for m in migrations.available()}
+        assert migrations.applied(conn).keys() == {m.version for m in shipped.available()}
 
 
 def test_pgmq_is_installed_as_sql_with_its_version_in_the_schema_comment(
@@ -135,18 +135,18 @@ def test_an_unknown_target_is_an_error_and_applies_nothing(empty_db_url: str) ->
 def test_a_failing_migration_is_rolled_back_whole(
     empty_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shipped = migrations.available()
-    next_version = f"{len(shipped) + 1:04d}"
-    broken = migrations.Migration(
+    every = shipped.available()
+    next_version = f"{len(every) + 1:04d}"
+    broken = shipped.Migration(
         next_version, "broken", "create table pgflow.half (x int);\nselect 1/0;"
     )
-    monkeypatch.setattr(migrations, "available", lambda: (*shipped, broken))
+    monkeypatch.setattr(shipped, "available", lambda: (*every, broken))
     with connect(empty_db_url) as conn:
         with pytest.raises(errors.MigrationError, match=f"{next_version}_broken failed") as raised:
             migrations.migrate(conn)
         assert raised.value.detail == "division by zero"
         assert conn.execute("select to_regclass('pgflow.half')").fetchone() == (None,)
-        assert migrations.applied(conn).keys() == {m.version for m in shipped}
+        assert migrations.applied(conn).keys() == {m.version for m in every}
 
 
 def test_migrate_needs_an_autocommit_connection(empty_db_url: str) -> None:
@@ -172,7 +172,7 @@ def test_the_printed_engine_script_agrees_with_migrate(admin_url: str, empty_db_
 
 
 def test_the_newest_migration_is_what_the_writer_writes_from_the_source(admin_url: str) -> None:
-    *before, newest = migrations.available()
+    *before, newest = shipped.available()
     file_name = f"{newest.version}_{newest.name}.sql"
     written = writer.draft_from(admin_url, file_name, writer.Parts.of(newest.sql), before)
     assert written.text == newest.sql, (
@@ -193,7 +193,7 @@ def databases_for(admin_url: str) -> Iterator[tuple[str, str]]:
             drop_database(admin_url, name)
 
 
-def apply_and_compare(admin_url: str, before: list[migrations.Migration], text: str) -> None:
+def apply_and_compare(admin_url: str, before: list[shipped.Migration], text: str) -> None:
     """Apply `before`, then a written migration: the catalog must be the source's."""
     with (
         databases_for(admin_url) as (built, source),
@@ -205,7 +205,7 @@ def apply_and_compare(admin_url: str, before: list[migrations.Migration], text: 
         conn.execute(migrations.trusted(text))
         with psycopg.connect(source, autocommit=True) as other:
             migrations.ensure_pgmq(other)
-            for _name, sql_text in migrations.source_files():
+            for _name, sql_text in shipped.source_files():
                 other.execute(migrations.trusted(sql_text))
         assert catalog.snapshot(built) == catalog.snapshot(source)
 
@@ -213,7 +213,7 @@ def apply_and_compare(admin_url: str, before: list[migrations.Migration], text: 
 def test_the_writer_replaces_changed_triggers_and_functions_whose_defaults_changed(
     admin_url: str,
 ) -> None:
-    before = list(migrations.available())
+    before = list(shipped.available())
     # As if the engine had a trigger the source changed and a function with another default.
     changed = (
         "drop trigger step_tasks_keyed_status on pgflow.step_tasks;"
@@ -234,7 +234,7 @@ def test_the_writer_replaces_changed_triggers_and_functions_whose_defaults_chang
 
 
 def test_a_released_migration_is_never_written_again_and_markers_must_be_in_order() -> None:
-    newest = migrations.available()[-1]
+    newest = shipped.available()[-1]
     with pytest.raises(errors.MigrationError, match="is released: it never changes"):
         writer.target(newest.name)
     end_first = f"{writer.END_HAND_WRITTEN}\n{writer.BEGIN_HAND_WRITTEN}\n{writer.GENERATED}"
@@ -243,8 +243,8 @@ def test_a_released_migration_is_never_written_again_and_markers_must_be_in_orde
 
 
 def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: str) -> None:
-    shipped = migrations.available()
-    before_0021 = [m for m in shipped if m.version < "0021"]
+    every = shipped.available()
+    before_0021 = [m for m in every if m.version < "0021"]
     # From 0020, the source's functions differ: at least the five 0021 changed or added (and
     # any a later migration changed), in source order.
     written = writer.draft_from(admin_url, "0021_again.sql", writer.Parts("-- again"), before_0021)
@@ -261,7 +261,7 @@ def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: s
     assert "create function pgflow._cron_names" in written.text
     assert "create or replace function pgflow._claim_messages" in written.text
     # From 0019, step_tasks lacks a column 0020 added by hand: the writer will not guess it.
-    before_0020 = [m for m in shipped if m.version < "0020"]
+    before_0020 = [m for m in every if m.version < "0020"]
     with pytest.raises(errors.MigrationError) as raised:
         writer.draft_from(admin_url, "0020_again.sql", writer.Parts("-- again"), before_0020)
     assert "hand-written section" in str(raised.value)
@@ -271,7 +271,7 @@ def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: s
 def test_the_writer_command_writes_nothing_for_a_wrong_call(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    before = sorted(migrations.folder().iterdir())
+    before = sorted(shipped.folder().iterdir())
     assert writer.main([]) == 2
     assert capsys.readouterr().err == "usage: make migration NAME=what_it_changes\n"
     assert writer.main(["Bad-Name"]) == 1
@@ -282,24 +282,24 @@ def test_the_writer_command_writes_nothing_for_a_wrong_call(
     err = capsys.readouterr().err
     assert err.startswith("error: Nothing in the source differs from the migrations")
     assert "Traceback" not in err
-    assert sorted(migrations.folder().iterdir()) == before
+    assert sorted(shipped.folder().iterdir()) == before
 
 
 def test_a_table_change_waits_as_a_draft_for_its_hand_written_section(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The source gains a column; the migrations folder is this test's copy.
-    for migration in migrations.available():
+    for migration in shipped.available():
         (tmp_path / f"{migration.version}_{migration.name}.sql").write_text(migration.sql)
     sources = [
         (name, text.replace("  input_schema jsonb,\n", "  input_schema jsonb,\n  note text,\n"))
-        for name, text in migrations.source_files()
+        for name, text in shipped.source_files()
     ]
-    assert sources != list(migrations.source_files())
-    monkeypatch.setattr(migrations, "folder", lambda: tmp_path)
-    monkeypatch.setattr(migrations, "source_files", lambda: tuple(sources))
-    monkeypatch.setattr(migrations, "released", lambda: {})
-    version = f"{int(migrations.available()[-1].version) + 1:04d}"
+    assert sources != list(shipped.source_files())
+    monkeypatch.setattr(shipped, "folder", lambda: tmp_path)
+    monkeypatch.setattr(shipped, "source_files", lambda: tuple(sources))
+    monkeypatch.setattr(shipped, "released", lambda: {})
+    version = f"{int(shipped.available()[-1].version) + 1:04d}"
     draft_file = tmp_path / f"{version}_flow_notes.sql.draft"
 
     assert writer.main(["flow_notes"]) == 1

@@ -13,9 +13,10 @@ import pytest
 from pgflow_gen import cli
 from pgflow_gen.engine import support
 from pgflow_gen.runtime import errors, migrations
+from pgflow_gen.runtime.sql import shipped
 from tests.roles import Logins
 
-NEWEST = migrations.available()[-1].version
+NEWEST = shipped.available()[-1].version
 
 
 def refusal(conn: psycopg.Connection[Any]) -> str:
@@ -30,7 +31,7 @@ def test_the_window_holds_this_release_and_the_oldest_engine_it_names() -> None:
     assert support.OLDEST < NEWEST
     support.check(NEWEST)
     support.check(support.OLDEST)
-    [oldest] = [m for m in migrations.available() if m.version == support.OLDEST]
+    [oldest] = [m for m in shipped.available() if m.version == support.OLDEST]
     name = support.OLDEST_MARKER.split("(")[0]
     assert f"create function {name}(" in oldest.sql  # the marker came with OLDEST
 

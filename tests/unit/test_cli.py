@@ -10,7 +10,7 @@ import pytest
 from pgflow_gen import cli
 from pgflow_gen.cli import app as cli_app
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.runtime import migrations
+from pgflow_gen.runtime.sql import shipped
 
 
 def test_without_a_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,7 +45,7 @@ def test_version_names_the_package_and_the_engine(capsys: pytest.CaptureFixture[
     assert raised.value.code == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("pgflow-gen ")
-    assert out.endswith(f"(engine {migrations.available()[-1].version})")
+    assert out.endswith(f"(engine {shipped.available()[-1].version})")
 
 
 def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

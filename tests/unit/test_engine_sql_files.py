@@ -7,8 +7,9 @@ import re
 import pytest
 
 from pgflow_gen.runtime import migrations
+from pgflow_gen.runtime.sql import shipped
 
-SOURCE = migrations.source_files()
+SOURCE = shipped.source_files()
 FILE_NAME = re.compile(r"^\d{4}_(schema|table|type|function|grant)_[a-z0-9_]+\.sql$")
 
 
@@ -27,13 +28,13 @@ def test_each_function_pins_an_empty_search_path(name: str, text: str) -> None:
 
 
 def test_migrations_are_numbered_without_gaps() -> None:
-    versions = [int(m.version) for m in migrations.available()]
+    versions = [int(m.version) for m in shipped.available()]
     assert versions == list(range(1, len(versions) + 1))
 
 
 def test_the_engine_script_records_every_migration() -> None:
     script = migrations.engine_script()
-    for migration in migrations.available():
+    for migration in shipped.available():
         assert (
             f"values ('{migration.version}', '{migration.name}', '{migration.checksum}')" in script
         )

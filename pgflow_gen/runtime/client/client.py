@@ -212,11 +212,11 @@ class Client:
             try:
                 if idempotency_key is None:
                     row = conn.execute(
-                        statements.START_FLOW, (slug, Jsonb(input), run_id)
+                        client_statements.START_FLOW, (slug, Jsonb(input), run_id)
                     ).fetchone()
                 else:
                     row = conn.execute(
-                        statements.START_FLOW_WITH_KEY,
+                        client_statements.START_FLOW_WITH_KEY,
                         (slug, Jsonb(input), run_id, idempotency_key),
                     ).fetchone()
             except psycopg.Error as exc:

@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 
 from pgflow_gen.runtime import embedded, errors, migrations
-from pgflow_gen.runtime.sql import catalog
+from pgflow_gen.runtime.sql import catalog, shipped
 
 BEGIN_HAND_WRITTEN = "-- BEGIN HAND-WRITTEN: tables and data, applied before the functions below."
 END_HAND_WRITTEN = "-- END HAND-WRITTEN"
@@ -139,26 +139,26 @@ def render(parts: Parts, changes: Sequence[Change]) -> str:
     return "\n".join(lines) + REVOKE
 
 
-def target(name: str) -> tuple[str, Parts, tuple[migrations.Migration, ...]]:
+def target(name: str) -> tuple[str, Parts, tuple[shipped.Migration, ...]]:
     """(version, parts, the migrations before it) of the migration NAME writes."""
     if not _NAME.match(name):
         raise errors.MigrationError(
             f"Invalid migration name {name!r}.", hint="Use lower-case letters, digits and _."
         )
-    shipped = migrations.available()
-    newest = shipped[-1]
+    every = shipped.available()
+    newest = every[-1]
     if newest.name == name:
-        if newest.version in migrations.released():
+        if newest.version in shipped.released():
             raise errors.MigrationError(
                 f"Migration {newest.version}_{name} is released: it never changes.",
                 hint="Give the change a new NAME: it becomes the next migration.",
             )
-        return newest.version, Parts.of(newest.sql), shipped[:-1]
+        return newest.version, Parts.of(newest.sql), every[:-1]
     version = f"{int(newest.version) + 1:04d}"
-    waiting = migrations.folder() / f"{version}_{name}.sql{DRAFT_SUFFIX}"
+    waiting = shipped.folder() / f"{version}_{name}.sql{DRAFT_SUFFIX}"
     if waiting.exists():
-        return version, Parts.of(waiting.read_text(encoding="utf-8")), shipped
-    return version, Parts.new(version, name), shipped
+        return version, Parts.of(waiting.read_text(encoding="utf-8")), every
+    return version, Parts.new(version, name), every
 
 
 def draft(admin_url: str, name: str) -> Draft:
@@ -168,7 +168,7 @@ def draft(admin_url: str, name: str) -> Draft:
 
 
 def draft_from(
-    admin_url: str, file_name: str, parts: Parts, before: Sequence[migrations.Migration]
+    admin_url: str, file_name: str, parts: Parts, before: Sequence[shipped.Migration]
 ) -> Draft:
     """The migration `file_name` with `parts`, after the migrations `before`."""
     with _database(admin_url) as baseline_url, _database(admin_url) as source_url:
@@ -193,7 +193,7 @@ def draft_from(
 def _apply_source(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """Applies the source files one by one; returns {function or trigger: its file}."""
     defined: dict[str, str] = {}
-    for file_name, text in migrations.source_files():
+    for file_name, text in shipped.source_files():
         conn.execute(migrations.trusted(text))
         for query in (_FUNCTIONS, _TRIGGERS):
             for row in conn.execute(query):
@@ -227,7 +227,7 @@ def _check_tables(baseline_url: str, source_url: str) -> None:
 def _changes(
     baseline: psycopg.Connection[Any], source: psycopg.Connection[Any], files: dict[str, str]
 ) -> list[Change]:
-    texts = dict(migrations.source_files())
+    texts = dict(shipped.source_files())
     order = {file_name: index for index, file_name in enumerate(texts)}
     old_functions = {row[0]: row[1:] for row in baseline.execute(_FUNCTIONS)}
     new_functions = {row[0]: row[1:] for row in source.execute(_FUNCTIONS)}
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: make migration NAME=what_it_changes", file=sys.stderr)
         return 2
     name = args[0]
-    folder = migrations.folder()
+    folder = shipped.folder()
     try:
         version, parts, _before = target(name)
     except errors.PgflowError as exc:
