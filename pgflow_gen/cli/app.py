@@ -4,32 +4,24 @@ errors into messages and exit statuses (exits.py).
 A user's mistake is one line and exit 2, a failure one line and exit 1; an internal error (a
 bug) is one line and exit 70, with the traceback under --debug or PGFLOW_DEBUG=1; Ctrl-C is 130.
 A closed pipe (`... | head`) ends the command quietly, as coreutils tools do.
+
+Only the command group of the command asked for is imported (all of them for `--help` or an
+unknown command), so `--version`, `validate` and `build` load no database driver; a database
+error can then only come from a group that did (`database_errors`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-
-import psycopg
+from typing import Final
 
 from pgflow_gen import naming
-from pgflow_gen.cli import (
-    control,
-    dashboard,
-    db,
-    dev,
-    limits,
-    prune,
-    runs,
-    schedules,
-    signals,
-    specs,
-)
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import (
     EXIT_BROKEN_PIPE,
@@ -38,14 +30,34 @@ from pgflow_gen.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
 )
-from pgflow_gen.engine import roles
-from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import database, errors
+from pgflow_gen.errors import PgflowError, UsageError
 from pgflow_gen.runtime.sql import shipped
+
+#: The command groups, modules of `pgflow_gen.cli` with a `register(commands)`, in help order.
+GROUPS: Final = (
+    "specs", "dev", "db", "runs", "control", "limits", "schedules", "signals", "prune", "dashboard",
+)  # fmt: skip
+#: The group that registers each command (a test checks it against what they register).
+GROUP_OF: Final = {
+    **dict.fromkeys(("init", "validate", "build", "graph"), "specs"),
+    "dev": "dev",
+    "db": "db",
+    **dict.fromkeys(("start", "status", "runs", "flows", "workers", "coverage"), "runs"),
+    **dict.fromkeys(("cancel", "retry", "pause", "resume"), "control"),
+    "limits": "limits",
+    "schedules": "schedules",
+    "signal": "signals",
+    "prune": "prune",
+    "dashboard": "dashboard",
+    "metrics": "dashboard",
+}
+#: The global options that take a value (`--format json status`).
+_VALUED: Final = ("--database-url", "--format")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(_groups_for(argv))
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help(sys.stderr)
@@ -86,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     except (UsageError, naming.FlowSpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except errors.PgflowError as exc:
+    except PgflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except OSError as exc:  # a file or folder of the user's that cannot be read or written
@@ -95,61 +107,47 @@ def _run(args: argparse.Namespace) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_FAILURE
-    except psycopg.Error as exc:
-        return _database_error(exc)
+    except Exception as exc:
+        # Only a command group that imported the database driver can fail in it.
+        driver = sys.modules.get("psycopg")
+        if driver is None or not isinstance(exc, driver.Error):
+            raise
+        from pgflow_gen.cli import database_errors  # imports the driver too: only now
+
+        code = database_errors.report(exc)
     return code
 
 
-def _database_error(exc: psycopg.Error) -> int:
-    """Print what the database (or libpq) refused, without any password the URL holds."""
-    problem = database.config_problem(exc)
-    if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
-    elif _engine_missing(exc):
-        # As a worker says it: the command reached a database without the engine's objects.
-        print(
-            f"error: The database has no pgflow engine (or an older one):"
-            f" {exc.diag.message_primary}.\nHINT: Run `pgflow-gen db migrate` against this"
-            " database first.",
-            file=sys.stderr,
-        )
-    elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        diag = exc.diag
-        print(f"error: {diag.message_primary or exc}", file=sys.stderr)
-        if diag.message_detail:
-            print(f"  detail: {diag.message_detail}", file=sys.stderr)
-        print(f"  hint: {roles.refusal_hint(exc)}", file=sys.stderr)
-    elif isinstance(exc, psycopg.OperationalError):
-        reason = database.redact(str(exc)).rstrip()
-        print(f"error: cannot reach the database: {reason}", file=sys.stderr)
-    else:
-        diag = exc.diag
-        print(f"error: {diag.message_primary or exc}", file=sys.stderr)
-        for label, text in (("detail", diag.message_detail), ("hint", diag.message_hint)):
-            if text:
-                print(f"  {label}: {text}", file=sys.stderr)
-    return EXIT_FAILURE
+def _groups_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command groups `argv` needs: the one of its command, none for `--version` alone, all
+    for help, no command or an unknown one."""
+    command = _named_command(argv)
+    if command in GROUP_OF:
+        return (GROUP_OF[command],)
+    if command is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        return ()
+    return GROUPS
 
 
-def _engine_missing(exc: psycopg.Error) -> bool:
-    """A table, function or schema of the engine does not exist here."""
-    missing = (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.InvalidSchemaName,
-    )
-    return isinstance(exc, missing) and "pgflow" in (exc.diag.message_primary or "")
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The first word of `argv` that is neither a global option nor an option's value."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(groups: Sequence[str] = GROUPS) -> argparse.ArgumentParser:
     parser = cli_parser.parser(
         prog="pgflow-gen", description="Typed, durable workflows on PostgreSQL + PGMQ."
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = cli_parser.Commands(parser.add_subparsers(title="commands"))
-
-    for group in (specs, dev, db, runs, control, limits, schedules, signals, prune, dashboard):
-        group.register(commands)
+    for group in groups:
+        importlib.import_module(f"pgflow_gen.cli.{group}").register(commands)
     cli_parser.accept_everywhere(parser, "--debug", help="show the traceback of an internal error")
     return parser
 

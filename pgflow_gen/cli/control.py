@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
+from pgflow_gen.cli import connecting, runs
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
 from pgflow_gen.engine import client_statements, operator_statements, statements
@@ -125,7 +125,7 @@ def _cancel(args: argparse.Namespace) -> int:
             " --older-than 1h`.",
         )
     as_json = args.format == "json"
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         chosen, refused = _choose(conn, args)
         if chosen and not args.yes:
             because = f" ({args.reason})" if args.reason else ""
@@ -133,7 +133,7 @@ def _cancel(args: argparse.Namespace) -> int:
         cancelled: list[dict[str, Any]] = []
         for run in chosen:
             try:
-                runs.act(conn, client_statements.CANCEL_RUN, (run["run_id"], args.reason))
+                connecting.act(conn, client_statements.CANCEL_RUN, (run["run_id"], args.reason))
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc)
                 if not isinstance(error, client_module.RunFinishedError):
@@ -224,7 +224,7 @@ def _retry(args: argparse.Namespace) -> int:
     as_json = args.format == "json"
     retried: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             runs.require_flow(conn, args.flow_slug)
             chosen = conn.execute(
@@ -237,7 +237,7 @@ def _retry(args: argparse.Namespace) -> int:
             chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
         for run in chosen:
             try:
-                row = runs.act(conn, statements.RETRY_RUN, (run["run_id"],)).fetchone()
+                row = connecting.act(conn, statements.RETRY_RUN, (run["run_id"],)).fetchone()
             except psycopg.Error as exc:
                 error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
                 if not isinstance(
@@ -285,10 +285,10 @@ def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_
 
 
 def _pause(args: argparse.Namespace) -> int:
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         try:
-            pause = runs.act(
+            pause = connecting.act(
                 conn, client_statements.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
             ).fetchone()
         except psycopg.Error as exc:
@@ -304,11 +304,11 @@ def _pause(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
         try:
-            row = runs.act(
+            row = connecting.act(
                 conn, client_statements.RESUME_STEP, (args.flow_slug, args.step_slug)
             ).fetchone()
         except psycopg.Error as exc:

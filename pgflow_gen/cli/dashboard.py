@@ -19,8 +19,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pgflow_gen.cli import connecting
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import project, runs
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
@@ -98,7 +98,7 @@ def _dashboard(args: argparse.Namespace) -> int:
             hint=f"Set {TOKEN_VARIABLE} (or pass --token) to a long random value.",
         )
     modules = _extra()
-    url = project.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     _check_database(args)
     access = modules.access.Access(
         token=token,
@@ -116,7 +116,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _metrics(args: argparse.Namespace) -> int:
     token = _token(args)
     modules = _extra()
-    url = project.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     if not args.serve:
         return asyncio.run(_print_metrics(url, modules))
     _check_exposure(args.host, token, "the metrics")
@@ -184,7 +184,7 @@ def _extra() -> Any:
 def _check_database(args: argparse.Namespace) -> None:
     """Reach the database now, so a wrong URL or an engine outside the support window is one
     error and its hint, not a traceback."""
-    with runs.connect(args):
+    with connecting.connect(args):
         pass
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import flow_sql
+from pgflow_gen.cli import connecting, flow_sql
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project as project_module
 from pgflow_gen.cli.exits import EXIT_OK
@@ -98,36 +98,36 @@ def register(commands: cli_parser.Commands) -> None:
 
 
 def _db_start(args: argparse.Namespace) -> int:
-    server = project_module.embedded_server()
+    server = connecting.embedded_server()
     was_running = server.is_running()
     url = server.ensure_started()
     print(f"{'already running' if was_running else 'started'}: {url}")
-    print(f"project: {project_module.server_root()}")
+    print(f"project: {connecting.server_root()}")
     print(f"data: {server.pgdata}")
     return EXIT_OK
 
 
 def _db_stop(args: argparse.Namespace) -> int:
-    stopped = project_module.embedded_server().stop()
+    stopped = connecting.embedded_server().stop()
     print("stopped" if stopped else "not running")
     return EXIT_OK
 
 
 def _db_url(args: argparse.Namespace) -> int:
     # Without its password, as everywhere the CLI prints a URL: the configuration holds it.
-    print(database.redact(project_module.database_url(args.database_url)))
+    print(database.redact(connecting.database_url(args.database_url)))
     return EXIT_OK
 
 
 def _db_status(args: argparse.Namespace) -> int:
     configured = database.configured_url(args.database_url)
     if configured is None:
-        server = project_module.embedded_server()
+        server = connecting.embedded_server()
         print(f"server:     embedded, {'running' if server.is_running() else 'stopped'}")
         print(f"data:       {server.pgdata}")
         if not server.is_running():
             return EXIT_OK
-    url = project_module.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     print(f"url:        {database.redact(url)}")
     with psycopg.connect(url, autocommit=True) as conn:
         version = conn.execute(operator_statements.SERVER_VERSION).fetchone()
@@ -146,7 +146,7 @@ def _pgmq_version(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _db_migrate(args: argparse.Namespace) -> int:
-    url = project_module.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     with psycopg.connect(url, autocommit=True) as conn:
         installed = migrations.ensure_pgmq(conn)
         if installed:
@@ -180,7 +180,7 @@ def _generated_folder(folder: Path | None) -> Path:
 
 def _db_apply(args: argparse.Namespace) -> int:
     files = flow_sql.migration_files(_generated_folder(args.folder))
-    url = project_module.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     with psycopg.connect(url, autocommit=True) as conn:
         flow_sql.apply(conn, files, lambda done: print(f"{done.outcome} ({done.path})"))
     return EXIT_OK
@@ -205,7 +205,7 @@ def _db_roles(args: argparse.Namespace) -> int:
             " letter (say, app): a step role's name adds a queue name of up to 47 characters.",
         )
     names = roles_module.RoleNames.with_prefix(args.prefix)
-    url = project_module.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     with psycopg.connect(url, autocommit=True) as conn:
         roles_module.engine_ready(conn)
         statements = roles_module.group_statements(conn, names)

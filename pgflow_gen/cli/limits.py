@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
+from pgflow_gen.cli import connecting, runs
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import runs
 from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
@@ -110,12 +110,12 @@ def _limits(args: argparse.Namespace) -> int:
         )
     if args.clear and ("max_in_flight" in args or "rate" in args):
         raise UsageError("--clear removes every limit: give it alone, or change the limits.")
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         before = runs.step_limits(conn).get((args.flow_slug, args.step_slug))
         wanted = _merged(args, before)
         try:
-            row = runs.act(
+            row = connecting.act(
                 conn, statements.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
             ).fetchone()
         except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
@@ -182,7 +182,7 @@ def _per_key(limits: dict[str, Any]) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.flow_slug is not None and args.step_slug is not None:
             require_step(conn, args.flow_slug, args.step_slug)
         elif args.flow_slug is not None:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from pgflow_gen.cli import control, runs
+from pgflow_gen.cli import connecting, control, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
@@ -55,7 +55,7 @@ def register(commands: cli_parser.Commands) -> None:
 def _prune(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise UsageError("--batch must be at least 1.", hint=f"The default is {DEFAULT_BATCH:,}.")
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         found = conn.execute(operator_statements.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
         assert found is not None
         if not args.yes:

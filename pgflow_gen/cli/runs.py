@@ -8,11 +8,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import getpass
 import json
-import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -22,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import tuple_row
 
-from pgflow_gen.cli import bulk, project
+from pgflow_gen.cli import bulk, connecting, project
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import operator_statements, statements, support
+from pgflow_gen.engine import operator_statements, statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client, Run, errors
 from pgflow_gen.runtime import client as client_module
@@ -200,42 +197,10 @@ def _pause_cell(pause: dict[str, Any] | None) -> str | None:
     return f"paused: {pause['reason']}" if pause["reason"] else "paused"
 
 
-def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
-    """A connection to the project's database, whose engine is inside this release's support
-    window (DatabaseError otherwise: one line saying to migrate)."""
-    url = project.database_url(args.database_url)
-    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
-    try:
-        support.require(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def act(
-    conn: psycopg.Connection[dict[str, Any]], query: Any, params: tuple[Any, ...]
-) -> psycopg.Cursor[dict[str, Any]]:
-    """An operator's action: one engine call in its own transaction, which the engine records
-    in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
-    label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
-    with conn.transaction():
-        conn.execute(statements.SET_ACTION_LABEL, (_operator_label(),))
-        return conn.execute(query, params)
-
-
-def _operator_label() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no user name in the environment nor the password database
-        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-    return f"pgflow-gen ({user}@{socket.gethostname()})"
-
-
 def _start(args: argparse.Namespace) -> int:
     bulk.check_arguments(args)
     if args.inputs is not None:
-        with connect(args) as conn:
+        with connecting.connect(args) as conn:
             require_flow(conn, args.flow_slug)
             return bulk.start_many(args, conn)
     try:
@@ -244,7 +209,7 @@ def _start(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
-    url = project.database_url(args.database_url)
+    url = connecting.database_url(args.database_url)
     with Client(url, pool_size=1) as client:
         with client.connection() as conn:
             require_flow(conn, args.flow_slug)
@@ -427,7 +392,7 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connecting.connect(args) as conn:
         run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
@@ -540,7 +505,7 @@ def _first_line(text: str | None, limit: int | None = None) -> str | None:
 def _runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1.")
-    with connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
         rows = conn.execute(
@@ -571,7 +536,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _flows(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
         rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
@@ -620,7 +585,7 @@ def _flows(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connecting.connect(args) as conn:
         rows = conn.execute(statements.WORKERS, (args.all,)).fetchall()
         pauses = paused_steps(conn)
     for r in rows:  # the paused steps a worker serves: its own, or any of its flow's
@@ -657,7 +622,7 @@ def _workers(args: argparse.Namespace) -> int:
 def _coverage(args: argparse.Namespace) -> int:
     if args.freshness is not None and args.freshness <= 0:
         raise UsageError("--freshness must be above 0 seconds.")
-    with connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             require_flow(conn, args.flow_slug)
         rule = conn.execute(operator_statements.FRESHNESS, (args.freshness,)).fetchone()

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
+from pgflow_gen.cli import connecting, runs
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements
@@ -61,11 +61,11 @@ def _schedules(args: argparse.Namespace) -> int:
         if args.action == "pause"
         else operator_statements.RESUME_SCHEDULE
     )
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         runs.require_flow(conn, args.flow_slug)
         _require_schedule(conn, args.flow_slug, args.name)
         try:
-            row = runs.act(conn, query, (args.flow_slug, args.name)).fetchone()
+            row = connecting.act(conn, query, (args.flow_slug, args.name)).fetchone()
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
     assert row is not None
@@ -101,7 +101,7 @@ def _next(row: dict[str, Any]) -> datetime.datetime | None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         if args.only_flow is not None:
             runs.require_flow(conn, args.only_flow)
         rows = conn.execute(

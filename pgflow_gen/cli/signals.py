@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgflow_gen.cli import connecting, runs
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli import runs
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
 from pgflow_gen.engine import client_statements, operator_statements
@@ -48,13 +48,13 @@ def _signal(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--payload is not JSON: {exc}", hint="For example --payload '{\"approved\": true}'."
         ) from None
-    with runs.connect(args) as conn:
+    with connecting.connect(args) as conn:
         run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         _require_signal_step(conn, run["flow_slug"], args.step_slug)
         try:
-            sent = runs.act(
+            sent = connecting.act(
                 conn, client_statements.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
             ).fetchone()
         except psycopg.Error as exc:

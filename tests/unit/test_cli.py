@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +125,60 @@ def test_graph_takes_a_folder_and_draws_every_flow(
     out = capsys.readouterr().out
     assert out.count("digraph") == 2
     assert out.index("flowA") < out.index("flowB")
+
+
+def test_each_command_is_found_in_the_group_that_registers_it() -> None:
+    for group in cli_app.GROUPS:
+        top = cli_parser.parser(prog="pgflow-gen")
+        commands = cli_parser.Commands(top.add_subparsers())
+        importlib.import_module(f"pgflow_gen.cli.{group}").register(commands)
+        registered = next(
+            action.choices for action in top._actions
+            if isinstance(action, argparse._SubParsersAction)
+        )  # fmt: skip
+        assert {c: group for c in registered} == {
+            c: g for c, g in cli_app.GROUP_OF.items() if g == group
+        }
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["status", "x"], "status"),
+        (["--format", "json", "coverage"], "coverage"),
+        (["--database-url", "postgresql:///x", "--debug", "runs"], "runs"),
+        (["--format=json", "flows"], "flows"),
+        (["--version"], None),
+        ([], None),
+    ],
+)
+def test_the_command_is_the_first_word_that_is_no_global_option(
+    argv: list[str], command: str | None
+) -> None:
+    assert cli_app._named_command(argv) == command
+
+
+@pytest.mark.parametrize(
+    "argv", [["--version"], ["validate", "--help"], ["build", "--help"], ["graph", "--help"]]
+)
+def test_commands_without_a_database_load_no_database_driver(argv: list[str]) -> None:
+    probe = (
+        "import contextlib, io, sys\n"
+        "from pgflow_gen.cli import app\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    app.main({argv!r})\n"
+        "heavy = ('psycopg', 'pgflow_gen.runtime.client', 'pgflow_gen.runtime.worker')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_database_command_still_reports_a_database_error_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["runs", "--database-url", "postgresql://nobody@127.0.0.1:1/x"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_FAILURE
+    assert err.startswith("error: cannot reach the database: ")
+    assert "Traceback" not in err

@@ -1,0 +1,71 @@
+"""Which database a command talks to (the URL given, the environment's, else the embedded server
+of the project root), a connection to it inside the support window, and an operator's action
+recorded with the CLI's label."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgflow_gen.engine import statements, support
+from pgflow_gen.runtime import database, embedded, project_root
+
+
+def database_url(explicit: str | None) -> str:
+    """The database a command uses: `explicit`, the environment, else the embedded server of the
+    project root of the current folder (found from a subfolder too), saying on stderr which root
+    when it starts that server."""
+
+    def say(root: Path) -> None:
+        print(f"starting the embedded PostgreSQL of {root}", file=sys.stderr)
+
+    return database.resolve_url(explicit, on_start=say)
+
+
+def server_root() -> Path:
+    """The project root whose embedded server commands use (runtime/project_root.py)."""
+    return project_root.find(Path.cwd())
+
+
+def embedded_server() -> embedded.EmbeddedServer:
+    return embedded.EmbeddedServer.for_project(server_root())
+
+
+def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
+    """A connection to the project's database, whose engine is inside this release's support
+    window (DatabaseError otherwise: one line saying to migrate)."""
+    url = database_url(args.database_url)
+    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    try:
+        support.require(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def act(
+    conn: psycopg.Connection[dict[str, Any]], query: Any, params: tuple[Any, ...]
+) -> psycopg.Cursor[dict[str, Any]]:
+    """An operator's action: one engine call in its own transaction, which the engine records
+    in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
+    label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
+    with conn.transaction():
+        conn.execute(statements.SET_ACTION_LABEL, (_operator_label(),))
+        return conn.execute(query, params)
+
+
+def _operator_label() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment nor the password database
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"pgflow-gen ({user}@{socket.gethostname()})"
