@@ -23,7 +23,7 @@
 Uses a fresh embedded PostgreSQL (fsync, synchronous_commit and full_page_writes off; with
 `--durable` the server's defaults), a fresh database per measurement, or
 PGFLOW_BENCH_DATABASE_URL. `--linger-ms N` sets the reporter's linger (REPORT_LINGER_S in
-`pgflow_gen/runtime/reporter.py`, 2 ms) in every worker process, for an A/B of it: the entry
+`pgflow_gen/runtime/worker/reporter.py`, 2 ms) in every worker process, for an A/B of it: the entry
 file runs as it is, after a line that sets the constant.
 """
 
@@ -65,7 +65,7 @@ class Worker:
             command = [
                 sys.executable,
                 "-c",
-                "import runpy, pgflow_gen.runtime.reporter as reporter;"
+                "import runpy, pgflow_gen.runtime.worker.reporter as reporter;"
                 f" reporter.REPORT_LINGER_S = {LINGER_S!r};"
                 f" runpy.run_module({entry!r}, run_name='__main__', alter_sys=True)",
             ]

@@ -42,7 +42,7 @@ from pgflow_gen.codegen import artifacts
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
-from pgflow_gen.runtime import worker as worker_module
+from pgflow_gen.runtime.worker import process as worker_module
 from pgflow_gen.spec import problems as problems_module
 
 #: How long stopping workers may drain before they are killed.

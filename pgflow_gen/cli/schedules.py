@@ -21,7 +21,7 @@ from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import client as client_module
-from pgflow_gen.runtime import cron_slots as schedule_rules
+from pgflow_gen.runtime.worker import cron_slots as schedule_rules
 
 
 def register(commands: cli_parser.Commands) -> None:

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from typing_extensions import TypedDict
 
     from pgflow_gen.naming import Route
-    from pgflow_gen.runtime.app_worker import Worker, run_worker
     from pgflow_gen.runtime.client import (
         Client,
         FlowNotFoundError,
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
         StepPause,
         WaitingSignal,
     )
-    from pgflow_gen.runtime.context import Context
     from pgflow_gen.runtime.errors import InvalidRunInputError
     from pgflow_gen.runtime.flow import (
         Flow,
@@ -54,15 +52,17 @@ if TYPE_CHECKING:
         StepQueuedFlow,
         with_step_queues,
     )
-    from pgflow_gen.runtime.permanent import PermanentError
-    from pgflow_gen.runtime.worker import handler_import_failed, run_main, start_worker
-    from pgflow_gen.runtime.worker_config import WorkerSettings
+    from pgflow_gen.runtime.worker.app_worker import Worker, run_worker
+    from pgflow_gen.runtime.worker.context import Context
+    from pgflow_gen.runtime.worker.permanent import PermanentError
+    from pgflow_gen.runtime.worker.process import handler_import_failed, run_main, start_worker
+    from pgflow_gen.runtime.worker.settings import WorkerSettings
 
 #: Where each public name lives.
 _HOMES: dict[str, str] = {
     "Route": "pgflow_gen.naming",
-    "Worker": "pgflow_gen.runtime.app_worker",
-    "run_worker": "pgflow_gen.runtime.app_worker",
+    "Worker": "pgflow_gen.runtime.worker.app_worker",
+    "run_worker": "pgflow_gen.runtime.worker.app_worker",
     "Client": "pgflow_gen.runtime.client",
     "FlowNotFoundError": "pgflow_gen.runtime.client",
     "InvalidSignalPayloadError": "pgflow_gen.runtime.client",
@@ -79,7 +79,7 @@ _HOMES: dict[str, str] = {
     "StepNotFoundError": "pgflow_gen.runtime.client",
     "StepPause": "pgflow_gen.runtime.client",
     "WaitingSignal": "pgflow_gen.runtime.client",
-    "Context": "pgflow_gen.runtime.context",
+    "Context": "pgflow_gen.runtime.worker.context",
     "InvalidRunInputError": "pgflow_gen.runtime.errors",
     "Flow": "pgflow_gen.runtime.flow",
     "FlowOptions": "pgflow_gen.runtime.flow",
@@ -91,11 +91,11 @@ _HOMES: dict[str, str] = {
     "StepOptions": "pgflow_gen.runtime.flow",
     "StepQueuedFlow": "pgflow_gen.runtime.flow",
     "with_step_queues": "pgflow_gen.runtime.flow",
-    "PermanentError": "pgflow_gen.runtime.permanent",
-    "handler_import_failed": "pgflow_gen.runtime.worker",
-    "run_main": "pgflow_gen.runtime.worker",
-    "start_worker": "pgflow_gen.runtime.worker",
-    "WorkerSettings": "pgflow_gen.runtime.worker_config",
+    "PermanentError": "pgflow_gen.runtime.worker.permanent",
+    "handler_import_failed": "pgflow_gen.runtime.worker.process",
+    "run_main": "pgflow_gen.runtime.worker.process",
+    "start_worker": "pgflow_gen.runtime.worker.process",
+    "WorkerSettings": "pgflow_gen.runtime.worker.settings",
     "TypedDict": "typing_extensions",
 }
 
@@ -140,14 +140,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module the first time it is asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above, and no other name
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its module the first time it is asked for."""
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

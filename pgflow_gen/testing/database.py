@@ -10,7 +10,7 @@ import psycopg
 
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.worker_config import WorkerSettings
+from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.testing import runner
 
 StepSlugT = TypeVar("StepSlugT", bound=str)

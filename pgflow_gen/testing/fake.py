@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from pgflow_gen.runtime.context import Context, _Lazy
+from pgflow_gen.runtime.worker.context import Context, _Lazy
 
 InputT = TypeVar("InputT")
 

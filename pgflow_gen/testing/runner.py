@@ -25,15 +25,17 @@ from psycopg import sql
 
 from pgflow_gen import naming
 from pgflow_gen.engine import client_statements, worker_statements
-from pgflow_gen.runtime import errors, startup, worker_config
+from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.permanent import NotRetried
-from pgflow_gen.runtime.reporting import send_reports
-from pgflow_gen.runtime.session import PsycopgSession
-from pgflow_gen.runtime.task_runner import Handler, run_task
-from pgflow_gen.runtime.worker import assignment_for
-from pgflow_gen.runtime.worker_config import WorkerSettings
+from pgflow_gen.runtime.worker import settings as worker_config
+from pgflow_gen.runtime.worker import startup
+from pgflow_gen.runtime.worker.permanent import NotRetried
+from pgflow_gen.runtime.worker.process import assignment_for
+from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.session import PsycopgSession
+from pgflow_gen.runtime.worker.settings import WorkerSettings
+from pgflow_gen.runtime.worker.task_runner import Handler, run_task
 
 log = logging.getLogger("pgflow_gen.testing")
 

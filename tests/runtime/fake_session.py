@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import startup
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.liveness import Liveness
-from pgflow_gen.runtime.session import Claim, Completion, TaskRow
+from pgflow_gen.runtime.worker import startup
+from pgflow_gen.runtime.worker.liveness import Liveness
+from pgflow_gen.runtime.worker.session import Claim, Completion, TaskRow
 
 
 @dataclass

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.context import Context
-from pgflow_gen.runtime.task_runner import Handler, Report, run_task
+from pgflow_gen.runtime.worker.context import Context
+from pgflow_gen.runtime.worker.task_runner import Handler, Report, run_task
 from tests.engine import Engine
 
 

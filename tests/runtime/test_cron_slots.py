@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import cron_slots
-from pgflow_gen.runtime.cron_slots import MAX_CATCH_UP, Schedule, due
-from pgflow_gen.runtime.scheduler import MAX_SLEEP_S, Scheduler
+from pgflow_gen.runtime.worker import cron_slots
+from pgflow_gen.runtime.worker.cron_slots import MAX_CATCH_UP, Schedule, due
+from pgflow_gen.runtime.worker.scheduler import MAX_SLEEP_S, Scheduler
 from tests.engine import Engine
 
 

@@ -18,9 +18,9 @@ from pgflow_gen.runtime import (
     Step,
     StepOptions,
     errors,
-    permanent,
     start_worker,
 )
+from pgflow_gen.runtime.worker import permanent
 from pgflow_gen.testing import FlowDatabase
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime.reporting import send_reports
-from pgflow_gen.runtime.session import PsycopgSession
-from pgflow_gen.runtime.task_runner import Report
+from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.session import PsycopgSession
+from pgflow_gen.runtime.worker.task_runner import Report
 from tests.engine import WORKER_ID, Engine
 
 LOG = logging.getLogger("tests.reporting")

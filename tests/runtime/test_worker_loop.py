@@ -13,9 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import Flow, Step, reporter, startup, with_step_queues, worker_loop
-from pgflow_gen.runtime.worker import assignment_for
-from pgflow_gen.runtime.worker_config import WorkerSettings
+from pgflow_gen.runtime import Flow, Step, with_step_queues
+from pgflow_gen.runtime.worker import loop as worker_loop
+from pgflow_gen.runtime.worker import reporter, startup
+from pgflow_gen.runtime.worker.process import assignment_for
+from pgflow_gen.runtime.worker.settings import WorkerSettings
 from tests.runtime.fake_session import FakeEngine
 
 FLOW: Flow[str, Any, Any] = Flow(slug="fake", steps=(Step(slug="work"),))

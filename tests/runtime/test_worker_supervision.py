@@ -1,4 +1,4 @@
-"""The worker's parts run supervised (runtime/supervision.py): one that fails unexpectedly is
+"""The worker's parts run supervised (runtime/worker/supervision.py): one that fails unexpectedly is
 logged with its traceback and stops the worker, which still drains, marks itself stopped, closes
 every connection and ends with WorkerFailedError; a shutdown step that raises does not skip the
 others. The heartbeat has a connection of its own, so held-up results never delay it. Driven
@@ -12,7 +12,7 @@ import logging
 import pytest
 
 from pgflow_gen.runtime import errors
-from pgflow_gen.runtime.worker import run_main
+from pgflow_gen.runtime.worker.process import run_main
 from tests.runtime.fake_session import FakeEngine
 from tests.runtime.test_worker_loop import DEADLINE_S, LOG, gated, until, worker
 

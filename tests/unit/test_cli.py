@@ -167,7 +167,7 @@ def test_commands_without_a_database_load_no_database_driver(argv: list[str]) ->
         "from pgflow_gen.cli import app\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         f"    app.main({argv!r})\n"
-        "heavy = ('psycopg', 'pgflow_gen.runtime.client', 'pgflow_gen.runtime.worker')\n"
+        "heavy = ('psycopg', 'pgflow_gen.runtime.client', 'pgflow_gen.runtime.worker.process')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

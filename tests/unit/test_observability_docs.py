@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pgflow_gen.dashboard import metrics as engine_metrics
-from pgflow_gen.runtime import metrics as worker_metrics
+from pgflow_gen.runtime.worker import metrics as worker_metrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 

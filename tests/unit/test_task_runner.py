@@ -14,7 +14,7 @@ import pytest
 
 from pgflow_gen.runtime import inputs
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.task_runner import (
+from pgflow_gen.runtime.worker.task_runner import (
     MAX_ERROR_CHARS,
     MAX_SUMMARY_CHARS,
     Handler,

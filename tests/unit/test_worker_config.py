@@ -19,10 +19,10 @@ from pgflow_gen.runtime import (
     errors,
     run_main,
     with_step_queues,
-    worker_config,
 )
-from pgflow_gen.runtime.worker import assignment_for, start_worker
-from pgflow_gen.runtime.worker_config import WorkerSettings, check, overrides
+from pgflow_gen.runtime.worker import settings as worker_config
+from pgflow_gen.runtime.worker.process import assignment_for, start_worker
+from pgflow_gen.runtime.worker.settings import WorkerSettings, check, overrides
 
 
 def handler(value: Any, ctx: Any, /) -> Any:

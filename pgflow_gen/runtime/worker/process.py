@@ -3,7 +3,7 @@
 A plain flow is served by one worker for all its steps (`handlers`); a step-queued flow needs one
 worker per step (`step_slug` from the flow's Literal union, and that step's `handler`). Both are
 checked here, before anything connects; then the worker compiles or verifies the flow, registers
-with its exact queue and polls until SIGTERM/SIGINT or deprecation (see `worker_loop`).
+with its exact queue and polls until SIGTERM/SIGINT or deprecation (see `loop`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from typing import Any, TypeVar, overload
 from typing_extensions import Unpack
 
 from pgflow_gen import naming
-from pgflow_gen.runtime import database, errors, worker_config
-from pgflow_gen.runtime.assignment import not_retried
+from pgflow_gen.runtime import database, errors
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.worker_config import SettingKeywords, WorkerSettings
-from pgflow_gen.runtime.worker_loop import HANDLER_THREAD_PREFIX, Assignment, WorkerLoop
+from pgflow_gen.runtime.worker import settings as worker_config
+from pgflow_gen.runtime.worker.assignment import not_retried
+from pgflow_gen.runtime.worker.loop import HANDLER_THREAD_PREFIX, Assignment, WorkerLoop
+from pgflow_gen.runtime.worker.settings import SettingKeywords, WorkerSettings
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")

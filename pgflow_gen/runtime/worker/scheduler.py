@@ -22,8 +22,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgflow_gen.engine import worker_statements
-from pgflow_gen.runtime import cron_slots
 from pgflow_gen.runtime.reconnecting import primary_message
+from pgflow_gen.runtime.worker import cron_slots
 
 #: Advisory lock keys in namespace 2 (session.LOCK_NAMESPACE); 3 and 4 are taken.
 LOCK_NAMESPACE = 2

@@ -18,13 +18,14 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgflow_gen.runtime import reporting, tracing
-from pgflow_gen.runtime.assignment import Assignment
+from pgflow_gen.runtime import tracing
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
-from pgflow_gen.runtime.session import Claim, Session
-from pgflow_gen.runtime.slots import Slots
 from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.worker import reporting
+from pgflow_gen.runtime.worker.assignment import Assignment
+from pgflow_gen.runtime.worker.session import Claim, Session
+from pgflow_gen.runtime.worker.slots import Slots
 
 #: How many held message ids the poller remembers, so that it logs each once.
 HELD_REMEMBERED = 10_000

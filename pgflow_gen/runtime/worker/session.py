@@ -21,11 +21,12 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.engine import statements, worker_statements
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import errors, startup
+from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.liveness import Liveness
 from pgflow_gen.runtime.reconnecting import CONNECT_OPTIONS
+from pgflow_gen.runtime.worker import startup
+from pgflow_gen.runtime.worker.liveness import Liveness
 
 #: Advisory lock keys in namespace 2 (namespace 1 belongs to migrations).
 LOCK_NAMESPACE = 2

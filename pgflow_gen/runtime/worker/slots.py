@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pgflow_gen.runtime import permanent, startup
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.metrics import WorkerMetrics
-from pgflow_gen.runtime.task_runner import (
+from pgflow_gen.runtime.worker import permanent, startup
+from pgflow_gen.runtime.worker.metrics import WorkerMetrics
+from pgflow_gen.runtime.worker.task_runner import (
     Handler,
     Report,
     RunCancellation,

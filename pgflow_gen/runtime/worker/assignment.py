@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgflow_gen.naming import QueueMode
-from pgflow_gen.runtime import permanent
 from pgflow_gen.runtime.flow import Flow
-from pgflow_gen.runtime.task_runner import Handler
+from pgflow_gen.runtime.worker import permanent
+from pgflow_gen.runtime.worker.task_runner import Handler
 
 
 @dataclass(frozen=True)

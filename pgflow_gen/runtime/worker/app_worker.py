@@ -26,11 +26,12 @@ from typing import Any, TypeVar, overload
 
 from typing_extensions import Unpack
 
-from pgflow_gen.runtime import database, worker_config
+from pgflow_gen.runtime import database
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
-from pgflow_gen.runtime.worker import Handler, assignment_for
-from pgflow_gen.runtime.worker_config import SettingKeywords, WorkerSettings
-from pgflow_gen.runtime.worker_loop import WorkerLoop
+from pgflow_gen.runtime.worker import settings as worker_config
+from pgflow_gen.runtime.worker.loop import WorkerLoop
+from pgflow_gen.runtime.worker.process import Handler, assignment_for
+from pgflow_gen.runtime.worker.settings import SettingKeywords, WorkerSettings
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")

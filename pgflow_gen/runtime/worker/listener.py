@@ -21,7 +21,7 @@ import psycopg
 
 from pgflow_gen import naming
 from pgflow_gen.runtime.reconnecting import Link
-from pgflow_gen.runtime.session import Connector, Session
+from pgflow_gen.runtime.worker.session import Connector, Session
 
 #: A listener that heard nothing for this long checks that its session is alive.
 LISTEN_CHECK_S = 60.0

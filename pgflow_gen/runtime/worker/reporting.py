@@ -18,11 +18,11 @@ import logging
 
 import psycopg
 
-from pgflow_gen.runtime.metrics import WorkerMetrics
 from pgflow_gen.runtime.reconnecting import primary_message
-from pgflow_gen.runtime.session import Session, TaskRow
 from pgflow_gen.runtime.sqlstate import Kind, classify
-from pgflow_gen.runtime.task_runner import MAX_ERROR_CHARS, Report
+from pgflow_gen.runtime.worker.metrics import WorkerMetrics
+from pgflow_gen.runtime.worker.session import Session, TaskRow
+from pgflow_gen.runtime.worker.task_runner import MAX_ERROR_CHARS, Report
 
 #: The error a failure report falls back to when the engine refuses its own error message.
 UNSTORABLE_ERROR = "The engine refused the handler's error message"

@@ -23,10 +23,11 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.runtime import errors, permanent, tracing
+from pgflow_gen.runtime import errors, tracing
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.context import Context, _Lazy
 from pgflow_gen.runtime.reconnecting import CONNECT_OPTIONS
+from pgflow_gen.runtime.worker import permanent
+from pgflow_gen.runtime.worker.context import Context, _Lazy
 
 Handler = Callable[..., Any]
 

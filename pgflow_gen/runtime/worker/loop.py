@@ -41,20 +41,20 @@ import psycopg
 
 from pgflow_gen.engine import roles
 from pgflow_gen.runtime import database, errors
-from pgflow_gen.runtime.assignment import Assignment
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.heartbeat import Heartbeat
-from pgflow_gen.runtime.listener import listen
-from pgflow_gen.runtime.liveness import DEFAULT, Liveness
-from pgflow_gen.runtime.metrics import MetricsServer, WorkerMetrics
-from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
-from pgflow_gen.runtime.reporter import Reporter
-from pgflow_gen.runtime.scheduler import Scheduler
-from pgflow_gen.runtime.session import Connector, PsycopgSession, Session
-from pgflow_gen.runtime.slots import HANDLER_THREAD_PREFIX, Slots
-from pgflow_gen.runtime.supervision import Supervisor
-from pgflow_gen.runtime.worker_config import WorkerSettings
+from pgflow_gen.runtime.worker.assignment import Assignment
+from pgflow_gen.runtime.worker.heartbeat import Heartbeat
+from pgflow_gen.runtime.worker.listener import listen
+from pgflow_gen.runtime.worker.liveness import DEFAULT, Liveness
+from pgflow_gen.runtime.worker.metrics import MetricsServer, WorkerMetrics
+from pgflow_gen.runtime.worker.poller import Poller
+from pgflow_gen.runtime.worker.reporter import Reporter
+from pgflow_gen.runtime.worker.scheduler import Scheduler
+from pgflow_gen.runtime.worker.session import Connector, PsycopgSession, Session
+from pgflow_gen.runtime.worker.settings import WorkerSettings
+from pgflow_gen.runtime.worker.slots import HANDLER_THREAD_PREFIX, Slots
+from pgflow_gen.runtime.worker.supervision import Supervisor
 
 __all__ = ["HANDLER_THREAD_PREFIX", "Assignment", "WorkerLoop"]
 

@@ -15,8 +15,8 @@ import psycopg
 
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.reconnecting import Link, primary_message
-from pgflow_gen.runtime.session import Session
 from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.worker.session import Session
 
 
 class Heartbeat:

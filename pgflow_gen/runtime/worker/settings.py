@@ -5,7 +5,7 @@ Precedence, strongest first: command-line flags (`--max-concurrent 8`), environm
 (`PGFLOW_MAX_CONCURRENT=8`), keywords of the call (`start_worker(..., max_concurrent=4)`), its
 `settings` object, defaults. Everything is checked before the worker connects anywhere. The
 heartbeat is not a worker setting: it is part of the liveness rule every worker, coverage
-report and stall sweep shares, set per database (`runtime/liveness.py`).
+report and stall sweep shares, set per database (`runtime/worker/liveness.py`).
 
 >>> overrides(["--max-concurrent", "8"], {"PGFLOW_POLL_INTERVAL": "2.5"})
 {'poll_interval': 2.5, 'max_concurrent': 8}

@@ -26,12 +26,12 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgflow_gen.runtime.poller import Poller
 from pgflow_gen.runtime.reconnecting import Link, primary_message
-from pgflow_gen.runtime.reporting import send_reports
-from pgflow_gen.runtime.session import Session
-from pgflow_gen.runtime.slots import Slots
 from pgflow_gen.runtime.sqlstate import Kind, classify
+from pgflow_gen.runtime.worker.poller import Poller
+from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.session import Session
+from pgflow_gen.runtime.worker.slots import Slots
 
 #: How long a stopping worker tries to mark itself stopped.
 MARK_STOPPED_S = 3.0
