@@ -21,7 +21,6 @@ import psycopg
 from pgflow_gen.runtime import tracing
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
-from pgflow_gen.runtime.sqlstate import Kind, classify
 from pgflow_gen.runtime.worker import reporting
 from pgflow_gen.runtime.worker.assignment import Assignment
 from pgflow_gen.runtime.worker.session import Claim, Session
@@ -152,15 +151,11 @@ class Poller:
                     self.read_visibility,
                     a.step_slug,
                 )
-            except psycopg.Error as exc:
-                if classify(session, exc) is Kind.REFUSED:
-                    return False
+            except Exception as exc:
+                if reporting.refused(session, exc):
+                    return False  # the reporter sends them one by one, and finds the bad one
                 raise
-            except (ValueError, TypeError, RecursionError):
-                return False  # an output JSON cannot hold: sent one by one, it fails its task
-            del slots.reports[: len(batch)]
-            for report, row in zip(batch, done.rows, strict=True):
-                reporting.log_if_stale(report, row, self.log, slots.metrics)
+            reporting.settle(slots.reports, batch, done.rows, self.log, slots.metrics)
             read = await self._take(session, done.claim)
             self._busy = read == wanted and wanted > 0
         if self._busy:

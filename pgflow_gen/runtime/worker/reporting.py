@@ -15,6 +15,7 @@ storable. Every other failure raises with the unsent results kept, to be sent ag
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import psycopg
 
@@ -118,16 +119,35 @@ async def _send_batch(
         return False, 0
     try:
         rows = await session.complete_tasks([r.task for r in batch], [r.output for r in batch])
-    except psycopg.Error as exc:
-        if classify(session, exc) is not Kind.REFUSED:
-            raise
-        return False, len(batch)
-    except (ValueError, TypeError, RecursionError):
-        return False, len(batch)  # one output cannot be encoded: one by one finds it
+    except Exception as exc:
+        if refused(session, exc):
+            return False, len(batch)  # one by one finds the bad one
+        raise
+    settle(reports, batch, rows, log, metrics)
+    return True, 0
+
+
+def refused(session: Session, exc: Exception) -> bool:
+    """Whether sending results failed because of the results themselves: the engine (or the
+    data) refused them, or an output could not even be encoded. Sent one by one, each such
+    report then gets what `send_reports` does with a refusal; any other failure keeps them."""
+    if isinstance(exc, ValueError | TypeError | RecursionError):
+        return True
+    return isinstance(exc, psycopg.Error) and classify(session, exc) is Kind.REFUSED
+
+
+def settle(
+    reports: list[Report],
+    batch: list[Report],
+    rows: Sequence[TaskRow],
+    log: logging.Logger,
+    metrics: WorkerMetrics | None,
+) -> None:
+    """The engine took `batch`, the head of `reports` (a callback's `rows`, in order): remove
+    them, and log each it ignored as stale."""
+    del reports[: len(batch)]
     for report, row in zip(batch, rows, strict=True):
         log_if_stale(report, row, log, metrics)
-    del reports[: len(batch)]
-    return True, 0
 
 
 def leading_successes(reports: list[Report]) -> list[Report]:
