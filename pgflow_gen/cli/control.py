@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, runs
+from pgflow_gen.cli import connecting, existing, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
@@ -165,7 +165,7 @@ def _choose(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The started runs to cancel, oldest first, and the named ones that are not started."""
     if args.flow_slug is not None:
-        runs.require_flow(conn, args.flow_slug)
+        existing.require_flow(conn, args.flow_slug)
         rows = conn.execute(
             operator_statements.STARTED_RUNS_OF_FLOW,
             {"flow": args.flow_slug, "age": args.older_than},
@@ -226,7 +226,7 @@ def _retry(args: argparse.Namespace) -> int:
     refused: list[dict[str, Any]] = []
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
-            runs.require_flow(conn, args.flow_slug)
+            existing.require_flow(conn, args.flow_slug)
             chosen = conn.execute(
                 operator_statements.FAILED_RUNS_OF_FLOW,
                 {"flow": args.flow_slug, "age": args.failed_since},
@@ -279,9 +279,9 @@ def _status(conn: psycopg.Connection[dict[str, Any]], run_id: uuid.UUID) -> str 
 
 def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_slug: str) -> None:
     """Raise UsageError unless the compiled flow has the step, naming a near one."""
-    runs.require_flow(conn, flow_slug)
+    existing.require_flow(conn, flow_slug)
     known = [r["step_slug"] for r in conn.execute(operator_statements.STEP_SLUGS, (flow_slug,))]
-    runs.require_member(flow_slug, "step", step_slug, known, exact="Slugs")
+    existing.require_member(flow_slug, "step", step_slug, known, exact="Slugs")
 
 
 def _pause(args: argparse.Namespace) -> int:
@@ -306,7 +306,7 @@ def _pause(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
-        was_paused = (args.flow_slug, args.step_slug) in runs.paused_steps(conn)
+        was_paused = (args.flow_slug, args.step_slug) in step_controls.paused_steps(conn)
         try:
             row = connecting.act(
                 conn, client_statements.RESUME_STEP, (args.flow_slug, args.step_slug)

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, runs
+from pgflow_gen.cli import connecting, existing, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
@@ -112,7 +112,7 @@ def _limits(args: argparse.Namespace) -> int:
         raise UsageError("--clear removes every limit: give it alone, or change the limits.")
     with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
-        before = runs.step_limits(conn).get((args.flow_slug, args.step_slug))
+        before = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
         wanted = _merged(args, before)
         try:
             row = connecting.act(
@@ -124,11 +124,11 @@ def _limits(args: argparse.Namespace) -> int:
             ) from None
         except psycopg.Error as exc:
             raise client_module.engine_error(exc) from exc
-        after = runs.step_limits(conn).get((args.flow_slug, args.step_slug))
+        after = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
     assert row is not None
     if args.format == "json":
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
-                    "limits": runs.limits_json(after)})  # fmt: skip
+                    "limits": step_controls.limits_json(after)})  # fmt: skip
         return EXIT_OK
     where = f"step {args.step_slug} of {args.flow_slug}"
     print(f"{where}: {_describe(after)}" if after else f"{where}: no limits now")
@@ -186,16 +186,16 @@ def _show(args: argparse.Namespace) -> int:
         if args.flow_slug is not None and args.step_slug is not None:
             require_step(conn, args.flow_slug, args.step_slug)
         elif args.flow_slug is not None:
-            runs.require_flow(conn, args.flow_slug)
+            existing.require_flow(conn, args.flow_slug)
         rows = [
             limits
-            for (flow_slug, step_slug), limits in runs.step_limits(conn).items()
+            for (flow_slug, step_slug), limits in step_controls.step_limits(conn).items()
             if args.flow_slug in (None, flow_slug) and args.step_slug in (None, step_slug)
         ]
     if args.format == "json":
         print_json({"steps": [
             {"flow_slug": r["flow_slug"], "step_slug": r["step_slug"],
-             "queue_name": r["queue_name"], "limits": runs.limits_json(r)}
+             "queue_name": r["queue_name"], "limits": step_controls.limits_json(r)}
             for r in rows
         ]})  # fmt: skip
         return EXIT_OK

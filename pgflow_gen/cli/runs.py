@@ -1,34 +1,23 @@
-"""Operations commands of `pgflow-gen`: start and watch runs, list workers, check queue coverage.
+"""Operations commands of `pgflow-gen`: start runs (`starting`, `bulk`), show a run (`status`),
+list runs, flows and workers, check queue coverage.
 
-They talk to the database in SQL only, so they work for any flow without its Python module.
+They work for any compiled flow without its Python module.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import difflib
-import json
-import signal
 import sys
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.rows import tuple_row
-
-from pgflow_gen.cli import bulk, connecting, project
+from pgflow_gen.cli import bulk, connecting, existing, starting, step_controls
 from pgflow_gen.cli import parser as cli_parser
-from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
+from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements, statements
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, Run, errors
-from pgflow_gen.runtime import client as client_module
+from pgflow_gen.runtime import errors
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
@@ -56,7 +45,7 @@ def register(commands: cli_parser.Commands) -> None:
         "--timeout", type=float, default=300.0, metavar="S", help="seconds --wait waits"
     )
     bulk.add_arguments(start)
-    start.set_defaults(handler=_start)
+    start.set_defaults(handler=starting.start)
 
     status = commands.add(
         "status", "show a run, its steps and their last errors", database=True, formats=FORMATS
@@ -106,307 +95,22 @@ def register(commands: cli_parser.Commands) -> None:
     coverage.set_defaults(handler=_coverage)
 
 
-def require_flow(conn: psycopg.Connection[Any], flow_slug: str) -> None:
-    """Raise UsageError when no flow `flow_slug` is compiled (a typo would look like no data)."""
-    with conn.cursor(row_factory=tuple_row) as cursor:
-        known = [row[0] for row in cursor.execute(statements.FLOW_SLUGS)]
-    if flow_slug in known:
-        return
-    near = near_match(flow_slug, known)
-    listed = f"Compiled flows: {', '.join(known) or '(none)'}." + (
-        ""
-        if known
-        else " A flow is compiled by its generated migration (`pgflow-gen db apply`)"
-        " or when its worker starts."
-    )
-    raise UsageError(
-        f'No flow "{flow_slug}" is compiled in this database.',
-        hint=f'Did you mean "{near}"? Slugs are exact. {listed}' if near else listed,
-    )
-
-
-def require_member(
-    flow_slug: str, kind: str, name: str, known: list[str], exact: str = "Names"
-) -> None:
-    """Raise UsageError unless `name` is among the flow's `known` ones of `kind` ("step",
-    "schedule"), naming a near one and listing them all (`exact`: what is exact, "Slugs")."""
-    if name in known:
-        return
-    near = near_match(name, known)
-    listed = f"{kind.capitalize()}s of {flow_slug}: {', '.join(known) or '(none)'}."
-    raise UsageError(
-        f'Flow "{flow_slug}" has no {kind} "{name}".',
-        hint=f'Did you mean "{near}"? {exact} are exact. {listed}' if near else listed,
-    )
-
-
-def near_match(slug: str, known: list[str]) -> str | None:
-    """The known slug `slug` is most likely a typo of: the same but for case, else the closest."""
-    near = [candidate for candidate in known if candidate.lower() == slug.lower()]
-    near = near or difflib.get_close_matches(slug, known, n=1)
-    return near[0] if near else None
-
-
-Pauses = dict[tuple[str, str], dict[str, Any]]
-
-
-def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
-    """The paused steps by (flow, step), with their reason and since when."""
-    return {
-        (r["flow_slug"], r["step_slug"]): r for r in conn.execute(operator_statements.STEP_PAUSES)
-    }
-
-
-Limits = dict[tuple[str, str], dict[str, Any]]
-
-
-def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
-    """The limited steps by (flow, step), with their limits and use now, and the keyed ones
-    with their keys."""
-    limits = {
-        (r["flow_slug"], r["step_slug"]): r
-        for r in conn.execute(statements.STEP_LIMIT_USAGE, (None,))
-    }
-    return client_module.with_concurrency(limits, conn.execute(statements.CONCURRENCY_USAGE))
-
-
-def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A step's limits and their use as JSON (None: no limits)."""
-    if limits is None:
-        return None
-    return {
-        key: limits[key]
-        for key in ("max_in_flight", "in_flight", "rate_limit", "rate_period_s",
-                    "window_starts", "set_by", *client_module.CONCURRENCY_FIELDS)
-        if key in limits
-    }  # fmt: skip
-
-
-def limits_cell(limits: dict[str, Any] | None) -> str | None:
-    """A step's limits and their use in a few words ("3/4 in flight"; None: no limits)."""
-    return None if limits is None else client_module.limits_in_words(limits)
-
-
-def _pause_json(pause: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if pause is None else {"reason": pause["reason"], "paused_at": pause["paused_at"]}
-
-
-def _pause_cell(pause: dict[str, Any] | None) -> str | None:
-    if pause is None:
-        return None
-    return f"paused: {pause['reason']}" if pause["reason"] else "paused"
-
-
-def _start(args: argparse.Namespace) -> int:
-    bulk.check_arguments(args)
-    if args.inputs is not None:
-        with connecting.connect(args) as conn:
-            require_flow(conn, args.flow_slug)
-            return bulk.start_many(args, conn)
-    try:
-        run_input = json.loads(args.input)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
-        ) from None
-    url = connecting.database_url(args.database_url)
-    with Client(url, pool_size=1) as client:
-        with client.connection() as conn:
-            require_flow(conn, args.flow_slug)
-        wanted = uuid.uuid4()
-        try:
-            run = client.start_flow(
-                args.flow_slug, run_input, run_id=wanted, idempotency_key=args.key
-            )
-        except errors.InvalidRunInputError as exc:
-            raise UsageError(exc.message, detail=exc.detail, hint=exc.hint) from None
-        return _started(args, client, run, created=run.run_id == wanted)
-
-
-def _started(args: argparse.Namespace, client: Client, run: Run[Any], *, created: bool) -> int:
-    """Say what `start` did; with --wait, follow the run to its end and say how it ended."""
-    run_id = run.run_id
-    said = (
-        f"started run {run_id} of {args.flow_slug}"
-        if created
-        else f"run {run_id} of {args.flow_slug} has the key {args.key!r} already ({run.status});"
-        " nothing started"
-    )
-    as_json = args.format == "json"
-    if not args.wait:
-        if as_json:
-            print_json({"run_id": run_id, "flow_slug": args.flow_slug, "status": run.status,
-                        "created": created})  # fmt: skip
-        else:
-            print(said)
-        return EXIT_OK
-    with _ctrl_c() as pressed:
-        if not as_json:  # from here on, Ctrl-C says how to follow the run
-            print(said, flush=True)
-        try:
-            run = _wait_with_progress(client, run_id, args.timeout, pressed.is_set)
-        except _StoppedWaiting:
-            print(
-                f"\nstopped waiting; run {run_id} keeps going: follow it with"
-                f" `pgflow-gen status {run_id}`",
-                file=sys.stderr,
-            )
-            return EXIT_INTERRUPTED
-    if as_json:
-        print_json({
-            "run_id": run_id,
-            "flow_slug": args.flow_slug,
-            "status": run.status,
-            "created": created,
-            "output": run.output,
-            "cancel_reason": run.cancel_reason,
-            "failure": None if run.failure is None else {
-                "step_slug": run.failure.step_slug,
-                "task_index": run.failure.task_index,
-                "attempts": run.failure.attempts,
-                "error": run.failure.error,
-            },
-        })  # fmt: skip
-        return EXIT_OK if run.status == "completed" else EXIT_FAILURE
-    if run.status == "completed":
-        print(f"completed: {json.dumps(run.output)}")
-        return EXIT_OK
-    if run.status == "cancelled":
-        print(f"cancelled: {run.cancel_reason or 'no reason given'}")
-        print(f"(the run and every step: pgflow-gen status {run_id})")
-        return EXIT_FAILURE
-    failure = run.failure
-    print(f"failed: {failure.describe() if failure else 'no failed step recorded'}")
-    if failure is not None and failure.error and "\n" in failure.error:
-        details = failure.error.split("\n", 1)[1].strip("\n")
-        print("\n".join(f"  {line}" if line else "" for line in details.splitlines()))
-    print(f"(the run and every step: pgflow-gen status {run_id})")
-    return EXIT_FAILURE
-
-
-#: Without a terminal, --wait prints a progress line this often (seconds).
-PROGRESS_EVERY_S = 10
-
-
-class _StoppedWaiting(Exception):
-    """Ctrl-C during `start --wait`."""
-
-
-@contextlib.contextmanager
-def _ctrl_c() -> Iterator[threading.Event]:
-    """An event Ctrl-C (SIGINT) sets while the block runs, so the wait stops between two
-    statements (a KeyboardInterrupt inside one could leave the connection pool in a state its
-    close waits on). A second Ctrl-C interrupts at once. Outside the main thread, SIGINT keeps
-    its default."""
-    pressed = threading.Event()
-
-    def press(number: int, frame: object) -> None:
-        if pressed.is_set():
-            raise KeyboardInterrupt
-        pressed.set()
-
-    try:
-        previous = signal.signal(signal.SIGINT, press)
-    except ValueError:  # not the main thread
-        yield pressed
-        return
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _wait_with_progress(
-    client: Client, run_id: uuid.UUID, timeout: float, stopped: Callable[[], bool]
-) -> Run[Any]:
-    """Wait for the run (events, plus a read every second, which also works behind a
-    transaction pooler). Every second it checks that each step with queued tasks has a live
-    worker, and warns once per step that has none, saying how to start one; and says once per
-    signal step that waits for its signal how to send it. A terminal shows
-    the elapsed time; otherwise a progress line comes every PROGRESS_EVERY_S seconds."""
-    started = time.monotonic()
-    show = sys.stderr.isatty()
-    warned: set[str] = set()
-    told: set[str] = set()  # the signal steps it said it waits for
-    run = client.get_run(run_id)
-    last_line = 0
-
-    checks = client.connect()  # one connection for the checks of every second
-
-    def tick() -> None:
-        nonlocal last_line
-        if stopped():
-            raise _StoppedWaiting
-        for step in run.unserved_steps(conn=checks):
-            if step.step_slug not in warned:
-                warned.add(step.step_slug)
-                if show:
-                    print(file=sys.stderr)
-                _warn_unserved(run.flow_slug, step)
-        for waiting in run.waiting_signals(conn=checks):
-            if waiting.step_slug not in told:
-                told.add(waiting.step_slug)
-                if show:
-                    print(file=sys.stderr)
-                until = f" until {cell(waiting.deadline)}" if waiting.deadline else ""
-                print(
-                    f"step {waiting.step_slug} waits for a signal{until}: send it with"
-                    f" `pgflow-gen signal {run_id} {waiting.step_slug} --payload '<JSON>'`",
-                    file=sys.stderr,
-                )
-        elapsed = time.monotonic() - started
-        if show:
-            print(f"\rwaiting for run {run_id} ... {elapsed:4.0f} s", end="", file=sys.stderr)
-        elif elapsed - last_line >= PROGRESS_EVERY_S:
-            last_line = int(elapsed)
-            print(f"waiting for run {run_id} ... {elapsed:.0f} s", file=sys.stderr)
-
-    try:
-        return run.wait(timeout, every_second=tick)
-    except TimeoutError:
-        raise errors.PgflowError(
-            f"Run {run_id} is still running after {timeout:g} s.",
-            hint=f"Check it later with `pgflow-gen status {run_id}`.",
-        ) from None
-    finally:
-        checks.close()
-        if show:
-            print(file=sys.stderr)
-
-
-def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
-    try:
-        command = project.worker_command(Path.cwd(), flow_slug, step.step_slug)
-    except (UsageError, OSError):  # a broken pyproject.toml must not end the wait
-        command = None
-    how = (
-        f"start it with `{command}`"
-        if command
-        else "start its worker (the generated entry file of the step; see the Procfile)"
-    )
-    print(
-        f'warning: step "{step.step_slug}" has {step.queued_tasks} queued task(s) and no live'
-        f" worker on queue {step.queue_name}; {how}",
-        file=sys.stderr,
-    )
-
-
 def _status(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         steps = conn.execute(operator_statements.RUN_STEP_STATUS, (args.run_id,)).fetchall()
-        pauses = paused_steps(conn)
-        limits = step_limits(conn)
+        pauses = step_controls.paused_steps(conn)
+        limits = step_controls.step_limits(conn)
     for s in steps:
         pause = pauses.get((run["flow_slug"], s["step_slug"]))
         s["pause"] = pause if s["status"] in ("created", "started") else None
         s["limits"] = limits.get((run["flow_slug"], s["step_slug"]))
         if s["pause"] is not None:
-            s["note"] = "; ".join(filter(None, [_pause_cell(pause), s["note"]]))
+            s["note"] = "; ".join(filter(None, [step_controls.pause_cell(pause), s["note"]]))
         if s["limits"] is not None and s["status"] in ("created", "started"):
-            limited = f"limited: {limits_cell(s['limits'])}"
+            limited = f"limited: {step_controls.limits_cell(s['limits'])}"
             s["note"] = "; ".join(filter(None, [limited, s["note"]]))
         if s["step_type"] == "signal":
             s["queue_name"] = None  # a signal step has no queue
@@ -431,8 +135,8 @@ def _status(args: argparse.Namespace) -> int:
                     "tasks": s["initial_tasks"],
                     "attempts": s["attempts"],
                     "note": s["note"],
-                    "paused": _pause_json(s["pause"]),
-                    "limits": limits_json(s["limits"]),
+                    "paused": step_controls.pause_json(s["pause"]),
+                    "limits": step_controls.limits_json(s["limits"]),
                     "step_type": s["step_type"],
                     "waiting": None if s["waiting_since"] is None else {
                         "since": s["waiting_since"], "until": s["waiting_until"],
@@ -507,7 +211,7 @@ def _runs(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be at least 1.")
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
-            require_flow(conn, args.flow_slug)
+            existing.require_flow(conn, args.flow_slug)
         rows = conn.execute(
             operator_statements.RUNS,
             {"flow": args.flow_slug, "status": args.status, "limit": args.limit},
@@ -538,7 +242,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _flows(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
-            require_flow(conn, args.flow_slug)
+            existing.require_flow(conn, args.flow_slug)
         rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
 
     if args.format == "json":
@@ -584,10 +288,15 @@ def _flows(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def step_of(row: dict[str, Any]) -> tuple[str, str]:
+    """A row's (flow, step), as pauses and limits are keyed."""
+    return row["flow_slug"], row["step_slug"]
+
+
 def _workers(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         rows = conn.execute(statements.WORKERS, (args.all,)).fetchall()
-        pauses = paused_steps(conn)
+        pauses = step_controls.paused_steps(conn)
     for r in rows:  # the paused steps a worker serves: its own, or any of its flow's
         r["paused_steps"] = [
             step for flow, step in pauses
@@ -624,19 +333,19 @@ def _coverage(args: argparse.Namespace) -> int:
         raise UsageError("--freshness must be above 0 seconds.")
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
-            require_flow(conn, args.flow_slug)
+            existing.require_flow(conn, args.flow_slug)
         rule = conn.execute(operator_statements.FRESHNESS, (args.freshness,)).fetchone()
         assert rule is not None
         freshness = rule["seconds"]
         rows = conn.execute(
             operator_statements.QUEUE_COVERAGE, (freshness, args.flow_slug, args.flow_slug)
         ).fetchall()
-        pauses = paused_steps(conn)
-        limits = step_limits(conn)
+        pauses = step_controls.paused_steps(conn)
+        limits = step_controls.step_limits(conn)
     uncovered = [r for r in rows if not r["covered"]]
     for r in rows:
-        r["paused"] = _pause_json(pauses.get((r["flow_slug"], r["step_slug"])))
-        r["limits"] = limits_json(limits.get((r["flow_slug"], r["step_slug"])))
+        r["paused"] = step_controls.pause_json(pauses.get((r["flow_slug"], r["step_slug"])))
+        r["limits"] = step_controls.limits_json(limits.get((r["flow_slug"], r["step_slug"])))
     if args.format == "json":
         print_json({"ok": not uncovered, "freshness_s": freshness, "routes": rows})
     else:
@@ -647,8 +356,8 @@ def _coverage(args: argparse.Namespace) -> int:
             [
                 (r["flow_slug"], r["step_slug"], r["queue_name"], r["live_workers"],
                  "yes" if r["covered"] else "NO",
-                 *([_pause_cell(pauses.get((r["flow_slug"], r["step_slug"])))] if paused else []),
-                 *([limits_cell(limits.get((r["flow_slug"], r["step_slug"])))] if limited else []))
+                 *([step_controls.pause_cell(pauses.get(step_of(r)))] if paused else []),
+                 *([step_controls.limits_cell(limits.get(step_of(r)))] if limited else []))
                 for r in rows
             ],
             ["flow", "step", "queue", "live workers", "covered", *(["paused"] if paused else []),

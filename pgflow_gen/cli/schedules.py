@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, runs
+from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
@@ -62,7 +62,7 @@ def _schedules(args: argparse.Namespace) -> int:
         else operator_statements.RESUME_SCHEDULE
     )
     with connecting.connect(args) as conn:
-        runs.require_flow(conn, args.flow_slug)
+        existing.require_flow(conn, args.flow_slug)
         _require_schedule(conn, args.flow_slug, args.name)
         try:
             row = connecting.act(conn, query, (args.flow_slug, args.name)).fetchone()
@@ -84,7 +84,7 @@ def _require_schedule(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, 
     known = [
         r["schedule_name"] for r in conn.execute(operator_statements.SCHEDULE_NAMES, (flow_slug,))
     ]
-    runs.require_member(flow_slug, "schedule", name, known)
+    existing.require_member(flow_slug, "schedule", name, known)
 
 
 def _next(row: dict[str, Any]) -> datetime.datetime | None:
@@ -103,7 +103,7 @@ def _next(row: dict[str, Any]) -> datetime.datetime | None:
 def _list(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         if args.only_flow is not None:
-            runs.require_flow(conn, args.only_flow)
+            existing.require_flow(conn, args.only_flow)
         rows = conn.execute(
             operator_statements.SCHEDULES, (args.only_flow, args.only_flow)
         ).fetchall()

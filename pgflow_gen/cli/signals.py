@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.cli import connecting, runs
+from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
@@ -83,7 +83,7 @@ def _require_signal_step(conn: psycopg.Connection[dict[str, Any]], flow: str, st
         return
     if not signals:
         raise UsageError(f'Flow "{flow}" has no signal step.', hint="Nothing was sent.")
-    near = runs.near_match(step, signals)
+    near = existing.near_match(step, signals)
     listed = f"Signal steps of {flow}: {', '.join(signals)}."
     if step in {r["step_slug"] for r in rows}:
         message = (
