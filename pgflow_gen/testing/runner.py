@@ -32,8 +32,8 @@ from pgflow_gen.runtime.worker import settings as worker_config
 from pgflow_gen.runtime.worker import startup
 from pgflow_gen.runtime.worker.permanent import NotRetried
 from pgflow_gen.runtime.worker.process import assignment_for
+from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
 from pgflow_gen.runtime.worker.reporting import send_reports
-from pgflow_gen.runtime.worker.session import PsycopgSession
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.runtime.worker.task_runner import Handler, run_task
 

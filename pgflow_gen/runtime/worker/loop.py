@@ -49,9 +49,10 @@ from pgflow_gen.runtime.worker.listener import listen
 from pgflow_gen.runtime.worker.liveness import DEFAULT, Liveness
 from pgflow_gen.runtime.worker.metrics import MetricsServer, WorkerMetrics
 from pgflow_gen.runtime.worker.poller import Poller
+from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
 from pgflow_gen.runtime.worker.reporter import Reporter
 from pgflow_gen.runtime.worker.scheduler import Scheduler
-from pgflow_gen.runtime.worker.session import Connector, PsycopgSession, Session
+from pgflow_gen.runtime.worker.session import Connector, Session
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.runtime.worker.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.worker.supervision import Supervisor

@@ -12,7 +12,7 @@ import pytest
 
 from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.worker import liveness
-from pgflow_gen.runtime.worker.session import PsycopgSession
+from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
 from tests.engine import WORKER_ID, Engine
 
 OTHER = uuid.UUID("00000000-0000-0000-0000-00000000cafe")
