@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
-from pgflow_gen.codegen import layout, literals, names
+from pgflow_gen.codegen import declarations, definition, layout, literals, names, step_rules
 from pgflow_gen.codegen.types import (
     AliasDecl,
     Decl,
     Field,
-    Scope,
     TypeBuilder,
     TypedDictDecl,
     subscript,
@@ -164,7 +162,7 @@ def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
             step.slug,
             index,
             is_map=step.type == "map",
-            has_dependencies=bool(_dependencies(step)),
+            has_dependencies=bool(step_rules.dependencies(step)),
             is_signal=step.signal is not None,
         )
         for index, step in enumerate(spec.steps)
@@ -210,13 +208,17 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     steps = []
     for step, step_name, route, handler in handled:
         assert step_name.handler is not None  # a handled step has one
-        dependencies = _dependencies(step)
+        dependencies = step_rules.dependencies(step)
         if step_name.item is not None and step_name.item_output is not None:
-            source_type = _element_type(spec, step, builder, step_names, index_of, scopes)
+            source_type = declarations.element_type(
+                spec, step, builder, step_names, index_of, scopes
+            )
             first_param, annotation = "item", source_type
             output = step_name.item_output
         elif step_name.deps is not None:
-            _declare_deps(builder, step_name.deps, dependencies, spec, step_names, index_of)
+            declarations.declare_deps(
+                builder, step_name.deps, dependencies, spec, step_names, index_of
+            )
             first_param, annotation, output = "deps", step_name.deps, step_name.output
         else:
             first_param, annotation, output = "flow_input", "Input", step_name.output
@@ -237,9 +239,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             )
         )
 
-    _declare_output(builder, spec, step_names, index_of)
+    declarations.declare_output(builder, spec, step_names, index_of)
     definitions = tuple(
-        tuple(layout.text(arg, indent=12, suffix=",") for arg in _step_definition(step))
+        tuple(layout.text(arg, indent=12, suffix=",") for arg in definition.step_definition(step))
         for step in spec.steps
     )
     signals = tuple(
@@ -249,7 +251,9 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     )
 
     # Names the declarations refer to (not text inside string literals: an enum may hold "Json").
-    used = {s.input_annotation for s in steps}.union(*(_decl_names(d) for d in builder.decls))
+    used = {s.input_annotation for s in steps}.union(
+        *(declarations.decl_names(d) for d in builder.decls)
+    )
     typing_imports = ["Final", "Literal"]
     if steps:
         typing_imports += ["Protocol", "TypeVar"]
@@ -280,7 +284,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
 
     input_schema = None if spec.input is None else spec.input.as_json()
     flow_shape = shapes.flow(
-        [_shape_step(s, _dependencies(s)) for s in spec.steps],
+        [definition.shape_step(s, step_rules.dependencies(s)) for s in spec.steps],
         max_attempts=spec.options.max_attempts,
         base_delay=spec.options.base_delay,
         timeout=spec.options.timeout,
@@ -315,7 +319,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         steps=tuple(steps),
         definitions=definitions,
         signals=signals,
-        decls=_spaced(builder.decls),
+        decls=declarations.spaced(builder.decls),
         handlers=TypedDictDecl(
             "Handlers",
             tuple(Field(view.slug, layout.Atom(view.handler_name), True) for view in steps),
@@ -349,7 +353,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
                     layout.Pair("max_attempts", "=", layout.Atom(str(spec.options.max_attempts))),
                     layout.Pair("base_delay", "=", layout.Atom(str(spec.options.base_delay))),
                     layout.Pair("timeout", "=", layout.Atom(str(spec.options.timeout))),
-                    *_retry_not_on(spec.options.retry),
+                    *definition.retry_not_on(spec.options.retry),
                 ),
             ),
             indent=4,
@@ -361,151 +365,11 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         else layout.text(
             layout.Pair("input_schema", "=", literals.value(input_schema)), indent=4, suffix=","
         ),
-        schedules_arg=_schedules_arg(spec),
+        schedules_arg=definition.schedules_arg(spec),
         max_concurrent=spec.workers.max_concurrent,
         shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),
         route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
     )
-
-
-def _schedules_arg(spec: model.FlowSpec) -> str | None:
-    """`schedules=(Schedule(name=..., cron=..., ...),),` for the Flow(...) call: every field
-    that differs from its default, and the name always."""
-    if not spec.schedules:
-        return None
-    calls = []
-    for index, schedule in enumerate(spec.schedules):
-        args = [
-            layout.Pair("name", "=", layout.Atom(literals.string(schedule.resolved_name(index)))),
-            layout.Pair("cron", "=", layout.Atom(literals.string(schedule.cron))),
-        ]
-        if schedule.input != {}:
-            args.append(layout.Pair("input", "=", literals.value(schedule.input)))
-        if schedule.timezone != "UTC":
-            args.append(
-                layout.Pair("timezone", "=", layout.Atom(literals.string(schedule.timezone)))
-            )
-        if schedule.catch_up != "none":
-            args.append(
-                layout.Pair("catch_up", "=", layout.Atom(literals.string(schedule.catch_up)))
-            )
-        calls.append(layout.Group("Schedule", "(", ")", tuple(args)))
-    return layout.text(
-        layout.Pair("schedules", "=", layout.Group("", "(", ")", tuple(calls))),
-        indent=4,
-        suffix=",",
-    )
-
-
-def _dependencies(step: model.StepSpec) -> tuple[str, ...]:
-    if step.type == "map" and step.array is not None:
-        return (step.array,)
-    return tuple(step.depends_on)
-
-
-def _skippable(step: model.StepSpec) -> bool:
-    """Whether the step can be skipped while its dependents still run (plain `skip`)."""
-    has_condition = step.if_ is not None or step.if_not is not None
-    unmet = step.when_unmet or "skip"
-    return (has_condition and unmet == "skip") or step.when_exhausted == "skip"
-
-
-def _may_vanish(step: model.StepSpec) -> bool:
-    """Whether the step can end skipped in any way (then a leaf's output is absent)."""
-    has_condition = step.if_ is not None or step.if_not is not None
-    return (
-        has_condition and (step.when_unmet or "skip") != "fail"
-    ) or step.when_exhausted != "fail"
-
-
-def _cascades(step: model.StepSpec) -> bool:
-    has_condition = step.if_ is not None or step.if_not is not None
-    return (has_condition and step.when_unmet == "skip-cascade") or (
-        step.when_exhausted == "skip-cascade"
-    )
-
-
-def _element_type(
-    spec: model.FlowSpec,
-    step: model.StepSpec,
-    builder: TypeBuilder,
-    step_names: tuple[names.StepNames, ...],
-    index_of: dict[str, int],
-    scopes: dict[str, Scope],
-) -> str:
-    """The type of one element of the array a map step maps, resolved in its schema's scope."""
-    if step.array is None:
-        schema, scope = spec.input, scopes[""]
-    else:
-        source = spec.steps[index_of[step.array]]
-        source_names = step_names[index_of[source.slug]]
-        if source_names.item_output is not None:
-            return source_names.item_output
-        schema, scope = source.output, scopes[source.slug]
-    item = step_names[index_of[step.slug]].item
-    if schema is None or schema.items is None or item is None:
-        return "Json"
-    builder.named(item, schema.items, scope)
-    return item
-
-
-def _declare_deps(
-    builder: TypeBuilder,
-    name: str,
-    dependencies: tuple[str, ...],
-    spec: model.FlowSpec,
-    step_names: tuple[names.StepNames, ...],
-    index_of: dict[str, int],
-) -> None:
-    builder.declare(
-        TypedDictDecl(
-            name,
-            tuple(
-                Field(
-                    dep,
-                    layout.Atom(step_names[index_of[dep]].output),
-                    not _skippable(spec.steps[index_of[dep]]),
-                )
-                for dep in dependencies
-            ),
-        )
-    )
-
-
-def _declare_output(
-    builder: TypeBuilder,
-    spec: model.FlowSpec,
-    step_names: tuple[names.StepNames, ...],
-    index_of: dict[str, int],
-) -> None:
-    has_dependents = {dep for step in spec.steps for dep in _dependencies(step)}
-    fields = tuple(
-        Field(
-            step.slug,
-            layout.Atom(step_names[index].output),
-            not (_may_vanish(step) or _ancestor_cascades(spec, step, index_of)),
-        )
-        for index, step in enumerate(spec.steps)
-        if step.slug not in has_dependents
-    )
-    builder.declare(TypedDictDecl("Output", fields))
-
-
-def _ancestor_cascades(
-    spec: model.FlowSpec, step: model.StepSpec, index_of: dict[str, int]
-) -> bool:
-    pending = list(_dependencies(step))
-    seen: set[str] = set()
-    while pending:
-        slug = pending.pop()
-        if slug in seen:
-            continue
-        seen.add(slug)
-        ancestor = spec.steps[index_of[slug]]
-        if _cascades(ancestor):
-            return True
-        pending.extend(_dependencies(ancestor))
-    return False
 
 
 def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
@@ -513,102 +377,6 @@ def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:
     if override is not None and override.max_concurrent is not None:
         return override.max_concurrent
     return spec.workers.max_concurrent
-
-
-def _shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str, Any]:
-    """The step as `Step.shape()` gives it at run time (a test keeps the two equal): a signal
-    step has one option, its timeout, and always a payload schema ({}: any JSON)."""
-    options = _engine_options(step)
-    return shapes.step(
-        slug=step.slug,
-        step_type=step.step_type,
-        dependencies=dependencies,
-        when_unmet=step.when_unmet or "skip",
-        when_exhausted=step.when_exhausted,
-        required_input_pattern=step.if_,
-        forbidden_input_pattern=step.if_not,
-        max_attempts=options.get("max_attempts"),
-        base_delay=options.get("base_delay"),
-        timeout=options.get("timeout"),
-        start_delay=options.get("start_delay"),
-        max_in_flight=options.get("max_in_flight"),
-        rate_limit=options.get("rate_limit"),
-        rate_period=options.get("rate_period"),
-        concurrency_key=step.concurrency.key if step.concurrency else None,
-        concurrency_limit=step.concurrency.max_in_flight if step.concurrency else None,
-        payload_schema=None if step.signal is None else _schema(step.signal.payload) or {},
-    )
-
-
-def _engine_options(step: model.StepSpec) -> dict[str, int | None]:
-    """The options the engine keeps for the step: a signal step's one is how long it waits."""
-    if step.signal is not None:
-        return {"timeout": step.signal.timeout}
-    return step.options.engine_options()
-
-
-def _schema(schema: model.TypeSchema | None) -> dict[str, Any] | None:
-    return None if schema is None else schema.as_json()
-
-
-def _retry_not_on(retry: model.RetryOptions | None) -> tuple[layout.Pair, ...]:
-    """`retry_not_on=("ValueError", ...)` of a FlowOptions or StepOptions call, when set."""
-    if retry is None:
-        return ()
-    names_ = tuple(layout.Atom(literals.string(name)) for name in retry.not_on)
-    return (layout.Pair("retry_not_on", "=", layout.Group("", "(", ")", names_)),)
-
-
-def _step_definition(step: model.StepSpec) -> tuple[layout.Expr, ...]:
-    """The keyword arguments of this step's `Step(...)` call."""
-    dependencies = _dependencies(step)
-
-    def arg(name: str, value: layout.Expr) -> layout.Pair:
-        return layout.Pair(name, "=", value)
-
-    def quoted(text: str) -> layout.Atom:
-        return layout.Atom(literals.string(text))
-
-    args = [arg("slug", quoted(step.slug))]
-    if step.step_type != "single":
-        args.append(arg("step_type", quoted(step.step_type)))
-    if dependencies:
-        args.append(
-            arg("dependencies", layout.Group("", "(", ")", tuple(map(quoted, dependencies))))
-        )
-    if step.when_unmet not in (None, "skip"):
-        args.append(arg("when_unmet", quoted(step.when_unmet)))
-    if step.when_exhausted != "fail":
-        args.append(arg("when_exhausted", quoted(step.when_exhausted)))
-    if step.if_ is not None:
-        args.append(arg("required_input_pattern", literals.value(step.if_)))
-    if step.if_not is not None:
-        args.append(arg("forbidden_input_pattern", literals.value(step.if_not)))
-    options = tuple(
-        arg(key, layout.Atom(str(value)))
-        for key, value in _engine_options(step).items()
-        if value is not None
-    ) + _retry_not_on(step.options.retry)
-    if step.concurrency is not None:
-        options += (
-            arg("concurrency_key", quoted(step.concurrency.key)),
-            arg("concurrency_limit", layout.Atom(str(step.concurrency.max_in_flight))),
-        )
-    if options:
-        args.append(arg("options", layout.Group("StepOptions", "(", ")", options)))
-    output = _schema(step.output)
-    if output is not None:
-        args.append(arg("output_schema", literals.value(output)))
-    payload = _schema(step.signal.payload) if step.signal is not None else None
-    if payload is not None:
-        args.append(arg("payload_schema", literals.value(payload)))
-    return tuple(args)
-
-
-def _decl_names(decl: Decl) -> set[str]:
-    if isinstance(decl, AliasDecl):
-        return layout.names(decl.annotation)
-    return set().union(*(layout.names(f.rendered) for f in decl.fields))
 
 
 def _isort_names(items: list[str]) -> list[str]:
@@ -620,14 +388,3 @@ def _isort_names(items: list[str]) -> list[str]:
         return (group, names.natural(name))
 
     return sorted(items, key=key)
-
-
-def _spaced(decls: list[Decl]) -> tuple[tuple[int, Decl], ...]:
-    """Each declaration with the blank lines before it: two around classes, one between aliases."""
-    spaced = []
-    previous_is_class = False
-    for decl in decls:
-        is_class = isinstance(decl, TypedDictDecl) and decl.class_syntax
-        spaced.append((2 if is_class or previous_is_class else 1, decl))
-        previous_is_class = is_class
-    return tuple(spaced)
