@@ -21,7 +21,6 @@ from pgflow_gen.runtime.client.client import (
     POOL_WAIT_S,
     Client,
     read_failure,
-    validate_input,
 )
 from pgflow_gen.runtime.client.models import (
     CONCURRENCY_FIELDS,
@@ -50,6 +49,7 @@ from pgflow_gen.runtime.client.refusals import (
     engine_error,
     signal_error,
 )
+from pgflow_gen.runtime.client.run_inputs import validate_input
 
 __all__ = [
     "CONCURRENCY_FIELDS",

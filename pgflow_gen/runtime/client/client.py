@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 import uuid
 import weakref
@@ -15,13 +14,12 @@ from typing import Any, TypeVar, overload
 
 import psycopg
 import psycopg_pool
-import pydantic
-from psycopg.rows import class_row, dict_row, tuple_row
+from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from pgflow_gen import shape as shapes
 from pgflow_gen.engine import client_statements, statements, support, worker_statements
-from pgflow_gen.runtime import database, errors, inputs, tracing
+from pgflow_gen.runtime import database, errors, tracing
+from pgflow_gen.runtime.client import run_inputs
 from pgflow_gen.runtime.client.models import (
     Run,
     SentSignal,
@@ -204,11 +202,13 @@ class Client:
         compiled in the database, DatabaseError for anything else the database refuses.
         """
         if not isinstance(flow, str):
-            validate_input(flow.flow if isinstance(flow, StepQueuedFlow) else flow, input)
+            run_inputs.validate_input(
+                flow.flow if isinstance(flow, StepQueuedFlow) else flow, input
+            )
         slug = flow if isinstance(flow, str) else flow.slug
         with self.connection() as conn, _traced(conn):
             if isinstance(flow, str):
-                _check_against_compiled_schema(conn, slug, input)
+                run_inputs.check_against_compiled_schema(conn, slug, input)
             try:
                 if idempotency_key is None:
                     row = conn.execute(
@@ -273,7 +273,7 @@ class Client:
             )
         for position, value in enumerate(inputs, start=1):
             try:
-                validate_input(plain, value)
+                run_inputs.validate_input(plain, value)
             except InvalidRunInputError as exc:
                 raise InvalidRunInputError(
                     f"Input {position} of {len(inputs)}: {exc.message}",
@@ -491,48 +491,3 @@ def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailur
     """The first failed step of a run, with its failed task's attempts and error."""
     with conn.cursor(row_factory=class_row(StepFailure)) as cur:
         return cur.execute(client_statements.READ_FAILURE, (run_id,)).fetchone()
-
-
-def _check_against_compiled_schema(conn: psycopg.Connection[Any], slug: str, value: Any) -> None:
-    """Raise InvalidRunInputError unless `value` is JSON that fits the input schema flow `slug`
-    was compiled with (a flow compiled without one, or not at all, is left to the engine)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRunInputError(
-            f'The input of flow "{slug}" is not JSON-serialisable: {exc}.'
-        ) from exc
-    with conn.cursor(row_factory=tuple_row) as cursor:
-        row = cursor.execute(statements.FLOW_INPUT_SCHEMA, (slug,)).fetchone()
-    if row is not None and row[0] is not None:
-        inputs.check(slug, row[0], value)
-
-
-def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:
-    """Raise InvalidRunInputError, naming the offending value's JSON path, unless `value` fits
-    the flow: JSON, then its input JSON Schema (as `pgflow-gen start` checks it), then its
-    `Input` type (pydantic, strict)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRunInputError(
-            f'The input of flow "{flow.slug}" is not JSON-serialisable: {exc}.'
-        ) from exc
-    if flow.input_schema is not None:
-        inputs.check(flow.slug, shapes.plain(flow.input_schema), value)
-    if flow.input_type is None:
-        return
-    try:
-        _adapter(flow.input_type).validate_python(value, strict=True)
-    except pydantic.ValidationError as exc:
-        problems = [f"{inputs.json_path(error['loc'])}: {error['msg']}" for error in exc.errors()]
-        raise InvalidRunInputError(
-            f'Invalid input for flow "{flow.slug}": {problems[0]}.',
-            detail="; ".join(problems),
-            hint="The input must match the flow's Input type (see the generated module).",
-        ) from exc
-
-
-@functools.cache
-def _adapter(input_type: Any) -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(input_type)
