@@ -8,7 +8,7 @@ import sys
 import psycopg
 
 from pgflow_gen.cli.exits import EXIT_FAILURE
-from pgflow_gen.engine import roles
+from pgflow_gen.engine import roles, support
 from pgflow_gen.runtime import database
 
 
@@ -17,12 +17,11 @@ def report(exc: psycopg.Error) -> int:
     problem = database.config_problem(exc)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
-    elif _engine_missing(exc):
+    elif support.engine_missing(exc):
         # As a worker says it: the command reached a database without the engine's objects.
         print(
             f"error: The database has no pgflow engine (or an older one):"
-            f" {exc.diag.message_primary}.\nHINT: Run `pgflow-gen db migrate` against this"
-            " database first.",
+            f" {exc.diag.message_primary}.\nHINT: {support.MIGRATE_HINT}",
             file=sys.stderr,
         )
     elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
@@ -41,13 +40,3 @@ def report(exc: psycopg.Error) -> int:
             if text:
                 print(f"  {label}: {text}", file=sys.stderr)
     return EXIT_FAILURE
-
-
-def _engine_missing(exc: psycopg.Error) -> bool:
-    """A table, function or schema of the engine does not exist here."""
-    missing = (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.InvalidSchemaName,
-    )
-    return isinstance(exc, missing) and "pgflow" in (exc.diag.message_primary or "")

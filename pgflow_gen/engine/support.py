@@ -25,6 +25,9 @@ from psycopg.rows import tuple_row
 
 from pgflow_gen import errors
 
+#: What to do about a database without this release's engine, wherever it is said.
+MIGRATE_HINT: Final = "Run `pgflow-gen db migrate` against this database first."
+
 #: The oldest engine migration this release works with: the previous release's.
 OLDEST: Final = "0020"
 #: A function engine migration OLDEST added: how a role that may not read the migrations table
@@ -94,8 +97,22 @@ async def require_async(conn: psycopg.AsyncConnection[Any]) -> str:
 
 
 def _refuse(detail: str) -> NoReturn:
-    raise errors.DatabaseError(
-        "The database has no pgflow engine (or an older one).",
-        detail=detail,
-        hint="Run `pgflow-gen db migrate` against this database first.",
+    raise missing_engine_error(detail)
+
+
+def missing_engine_error(detail: str) -> errors.DatabaseError:
+    """What every part says of a database without this release's engine: one line, why, and
+    the hint to migrate."""
+    return errors.DatabaseError(
+        "The database has no pgflow engine (or an older one).", detail=detail, hint=MIGRATE_HINT
     )
+
+
+def engine_missing(exc: psycopg.Error) -> bool:
+    """Whether `exc` says a table, function or schema of the engine does not exist here."""
+    missing = (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    )
+    return isinstance(exc, missing) and "pgflow" in (exc.diag.message_primary or "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgflow_gen.engine import roles
+from pgflow_gen.engine import roles, support
 from pgflow_gen.runtime import errors
 
 
@@ -112,7 +112,7 @@ def engine_error(
         return errors.DatabaseError(
             "The database's pgflow engine is too old for this call.",
             detail=message,
-            hint="Run `pgflow-gen db migrate` against this database first.",
+            hint=support.MIGRATE_HINT,
         )
     elif isinstance(exc, psycopg.errors.InvalidParameterValue | psycopg.errors.NullValueNotAllowed):
         kind = errors.InvalidRunInputError

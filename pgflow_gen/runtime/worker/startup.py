@@ -67,11 +67,7 @@ async def compile_flow(
             detail=primary_message(exc),
         ) from exc
     except psycopg.errors.UndefinedFunction as exc:
-        raise errors.DatabaseError(
-            "The database has no pgflow engine (or an older one).",
-            detail=str(exc).strip(),
-            hint="Run `pgflow-gen db migrate` against this database first.",
-        ) from exc
+        raise support.missing_engine_error(str(exc).strip()) from exc
     except psycopg.Error as exc:
         raise errors.FlowCompilationError(
             f'Flow "{flow.slug}" could not be {done}.',
