@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pgflow_gen.testing import databases
+from pgflow_gen.testing import clones
 from tests import roles as roles_fixture
 from tests.roles import Logins
 
@@ -43,7 +43,7 @@ def template_name(pgflow_template: str) -> str:
 @pytest.fixture
 def db_url(admin_url: str, template_name: str) -> Iterator[str]:
     """A fresh, fully migrated database for this test only."""
-    with databases.fresh_database(admin_url, template_name) as url:
+    with clones.fresh_database(admin_url, template_name) as url:
         yield url
 
 
@@ -51,11 +51,11 @@ def db_url(admin_url: str, template_name: str) -> Iterator[str]:
 def empty_db_url(admin_url: str) -> Iterator[str]:
     """A fresh database without PGMQ or the engine."""
     name = f"pgflow_empty_{uuid.uuid4().hex[:12]}"
-    url = databases.create_database(admin_url, name)
+    url = clones.create_database(admin_url, name)
     try:
         yield url
     finally:
-        databases.drop_database(admin_url, name)
+        clones.drop_database(admin_url, name)
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ See docs/testing.md.
 
 from __future__ import annotations
 
-from pgflow_gen.testing.database import FlowDatabase
 from pgflow_gen.testing.fake import fake_context
+from pgflow_gen.testing.flow_database import FlowDatabase
 from pgflow_gen.testing.runner import RunStuckError
 
 __all__ = ["FlowDatabase", "RunStuckError", "fake_context"]

@@ -12,27 +12,27 @@ from collections.abc import Iterator
 
 import pytest
 
-from pgflow_gen.testing import databases
-from pgflow_gen.testing.database import FlowDatabase
+from pgflow_gen.testing import clones
+from pgflow_gen.testing.flow_database import FlowDatabase
 
 
 @pytest.fixture(scope="session")
 def pgflow_server_url() -> Iterator[str]:
     """URL of a maintenance database on the test session's PostgreSQL server."""
-    with databases.session_server() as url:
+    with clones.session_server() as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def pgflow_template(pgflow_server_url: str) -> str:
     """Name of the template database with PGMQ and the engine, built once per server."""
-    return databases.engine_template(pgflow_server_url)
+    return clones.engine_template(pgflow_server_url)
 
 
 @pytest.fixture
 def pgflow(pgflow_server_url: str, pgflow_template: str) -> Iterator[FlowDatabase]:
     """A fresh database with the engine for this test, and `run_flow` to run flows in it."""
-    with databases.fresh_database(pgflow_server_url, pgflow_template) as url:
+    with clones.fresh_database(pgflow_server_url, pgflow_template) as url:
         database = FlowDatabase(url)
         yield database
         database.client.close()

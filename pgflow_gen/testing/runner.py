@@ -33,7 +33,7 @@ from pgflow_gen.runtime.worker import startup
 from pgflow_gen.runtime.worker.permanent import NotRetried
 from pgflow_gen.runtime.worker.process import assignment_for
 from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
-from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.results import send_reports
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.runtime.worker.task_runner import Handler, run_task
 

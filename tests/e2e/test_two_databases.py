@@ -11,14 +11,14 @@ import pytest
 
 from pgflow_gen import cli
 from pgflow_gen.runtime import Client
-from pgflow_gen.testing import databases
+from pgflow_gen.testing import clones
 from tests.e2e.harness import Db, Workers
 from tests.e2e.project.app.pgflow import e2e_plain, e2e_steps
 
 
 @pytest.fixture
 def other_url(admin_url: str, template_name: str) -> Iterator[str]:
-    with databases.fresh_database(admin_url, template_name) as url:
+    with clones.fresh_database(admin_url, template_name) as url:
         yield url
 
 

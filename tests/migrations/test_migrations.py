@@ -12,7 +12,7 @@ import pytest
 
 from pgflow_gen.runtime import errors, migrations
 from pgflow_gen.runtime.sql import catalog, shipped, writer
-from pgflow_gen.testing.databases import create_database, drop_database
+from pgflow_gen.testing.clones import create_database, drop_database
 
 RELEASED = shipped.released()
 

@@ -1,7 +1,7 @@
 """The worker process: it starts (`process`: flags, the database, the handlers), compiles or
 verifies its flow (`startup`), then runs its loop (`loop`), whose parts poll and claim (`poller`,
 `listener`), run handlers in slots (`slots`, `task_runner`, `context`), send results
-(`reporter`, `reporting`), keep its registration and leases (`heartbeat`), and run the schedules
+(`reporter`, `results`), keep its registration and leases (`heartbeat`), and run the schedules
 (`scheduler`, `cron_slots`), all through one `session`. `app_worker` runs the same loop inside an
 application's own process. The public names are `pgflow_gen.runtime`'s.
 """

@@ -21,7 +21,7 @@ import psycopg
 from pgflow_gen.runtime import tracing
 from pgflow_gen.runtime.claimed_task import ClaimedTask
 from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
-from pgflow_gen.runtime.worker import reporting
+from pgflow_gen.runtime.worker import results
 from pgflow_gen.runtime.worker.assignment import Assignment
 from pgflow_gen.runtime.worker.session import Claim, Session
 from pgflow_gen.runtime.worker.slots import Slots
@@ -126,7 +126,7 @@ class Poller:
         """Send the results at the head of the reports that are successes and claim into the
         slots they free, in one call; whether they were sent. False (nothing sent, nothing
         claimed) when there are none, the worker is stopping, or the engine refused them
-        (`reporting.send_reports` then finds the one it refuses). Raises the psycopg error of
+        (`results.send_reports` then finds the one it refuses). Raises the psycopg error of
         a lost connection or a transient failure, with the results kept."""
         slots = self.slots
         a = self.assignment
@@ -135,7 +135,7 @@ class Poller:
         # notification wakes the poller when work comes.
         if self.stopping() or not (self._busy or a.step_slug is None):
             return False
-        batch = reporting.leading_successes(slots.reports)
+        batch = results.leading_successes(slots.reports)
         if not batch:
             return False
         async with self._claiming:
@@ -152,10 +152,10 @@ class Poller:
                     a.step_slug,
                 )
             except Exception as exc:
-                if reporting.refused(session, exc):
+                if results.refused(session, exc):
                     return False  # the reporter sends them one by one, and finds the bad one
                 raise
-            reporting.settle(slots.reports, batch, done.rows, self.log, slots.metrics)
+            results.settle(slots.reports, batch, done.rows, self.log, slots.metrics)
             read = await self._take(session, done.claim)
             self._busy = read == wanted and wanted > 0
         if self._busy:

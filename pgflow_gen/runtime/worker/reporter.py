@@ -1,4 +1,4 @@
-"""The reporter: sends finished handlers' results (`reporting.send_reports`) on its own
+"""The reporter: sends finished handlers' results (`results.send_reports`) on its own
 connection and, one worker at a time across all workers, runs stall recovery (bounded by a
 statement timeout). It also marks the worker stopped. The heartbeat has a connection of its own
 (`heartbeat.py`), so neither a held-up result nor a slow sweep delays it.
@@ -29,7 +29,7 @@ import psycopg
 from pgflow_gen.runtime.reconnecting import Link, primary_message
 from pgflow_gen.runtime.sqlstate import Kind, classify
 from pgflow_gen.runtime.worker.poller import Poller
-from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.results import send_reports
 from pgflow_gen.runtime.worker.session import Session
 from pgflow_gen.runtime.worker.slots import Slots
 

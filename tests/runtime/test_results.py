@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
-from pgflow_gen.runtime.worker.reporting import send_reports
+from pgflow_gen.runtime.worker.results import send_reports
 from pgflow_gen.runtime.worker.task_runner import Report
 from tests.engine import WORKER_ID, Engine
 
