@@ -44,13 +44,14 @@ CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usag
 
 # -- workers -------------------------------------------------------------------------------------
 #: (all: include stopped ones) -> workers by queue, oldest first, each live, stale, deprecated
-#: or stopped by the engine's liveness rule.
+#: or stopped by the engine's liveness rule: live while its last heartbeat is younger than
+#: live_within, exactly as pgflow.queue_coverage counts it (a test holds the two together).
 WORKERS: Final[LiteralString] = (
     "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
     " last_heartbeat_at, stopped_at, deprecated_at,"
     " case when stopped_at is not null then 'stopped' "
     " when deprecated_at is not null then 'deprecated' "
-    " when last_heartbeat_at < now() - (pgflow.worker_liveness()).live_within"
+    " when last_heartbeat_at <= now() - (pgflow.worker_liveness()).live_within"
     "   then 'stale' "
     " else 'live' end as state"
     " from pgflow.workers where %s or stopped_at is null order by queue_name, started_at"

@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from pgflow_gen.engine import statements
 from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.worker import liveness
 from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
@@ -68,6 +69,24 @@ def test_queue_coverage_counts_live_workers_by_the_rule(engine: Engine) -> None:
     engine.conn.execute("set pgflow.live_within = '1 min'")
     engine.conn.execute("set pgflow.stalled_after = '2 min'")
     assert engine.value(covered) is True
+
+
+@pytest.mark.parametrize("age_s", [14.9, 15.0, 15.1])
+def test_workers_and_coverage_read_one_rule_even_at_its_edge(engine: Engine, age_s: float) -> None:
+    # `pgflow-gen workers`, the dashboard and its metrics (statements.WORKERS) call a worker
+    # live exactly when `coverage` and `status` (pgflow.queue_coverage) count it: in one
+    # transaction now() is one instant, so a heartbeat exactly 15 s old is tested too.
+    engine.flow("orders", {"slug": "pay"})
+    engine.call("register_worker", OTHER, "orders", "w", flow_slug="orders")
+    with engine.conn.transaction():
+        engine.conn.execute(
+            "update pgflow.workers set last_heartbeat_at = now() - make_interval(secs => %s)",
+            (age_s,),
+        )
+        state = engine.one(statements.WORKERS, False)["state"]
+        covered = engine.value("select covered from pgflow.queue_coverage()")
+    assert (state == "live") is covered
+    assert covered is (age_s < 15.0)
 
 
 def test_a_stopped_or_silent_worker_that_claims_is_registered_again(engine: Engine) -> None:
