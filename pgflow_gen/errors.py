@@ -63,3 +63,9 @@ class MigrationError(PgflowError):
     """An engine migration could not be applied, or an applied one was changed afterwards."""
 
     code = "migration_error"
+
+
+class InvalidRunInputError(PgflowError):
+    """A run input that does not match the flow's input type or schema; nothing was written."""
+
+    code = "invalid_run_input"

@@ -24,9 +24,8 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import operator_statements, statements
+from pgflow_gen.engine import operator_statements, refusals, statements
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors, inputs
 
 #: Runs per start_flows call (one transaction each).
@@ -118,7 +117,7 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
             ).fetchall()
         except psycopg.Error as exc:
             progress.end()
-            raise _failed(args, chunk[0].number, started, client_module.engine_error(exc)) from exc
+            raise _failed(args, chunk[0].number, started, refusals.engine_error(exc)) from exc
         for line, row in zip(chunk, rows, strict=True):
             started.append({"line": line.number, **row})
         progress.advance(len(chunk))

@@ -21,9 +21,8 @@ from pgflow_gen.cli import connecting, existing, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import client_statements, operator_statements, statements
+from pgflow_gen.engine import client_statements, operator_statements, refusals, statements
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import client as client_module
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -135,8 +134,8 @@ def _cancel(args: argparse.Namespace) -> int:
             try:
                 connecting.act(conn, client_statements.CANCEL_RUN, (run["run_id"], args.reason))
             except psycopg.Error as exc:
-                error = client_module.engine_error(exc)
-                if not isinstance(error, client_module.RunFinishedError):
+                error = refusals.engine_error(exc)
+                if not isinstance(error, refusals.RunFinishedError):
                     raise error from exc
                 refused.append({**run, "status": _status(conn, run["run_id"])})
                 continue
@@ -239,10 +238,8 @@ def _retry(args: argparse.Namespace) -> int:
             try:
                 row = connecting.act(conn, statements.RETRY_RUN, (run["run_id"],)).fetchone()
             except psycopg.Error as exc:
-                error = client_module.engine_error(exc, refused=client_module.RunNotFailedError)
-                if not isinstance(
-                    error, client_module.RunNotFailedError | client_module.RunNotFoundError
-                ):
+                error = refusals.engine_error(exc, refused=refusals.RunNotFailedError)
+                if not isinstance(error, refusals.RunNotFailedError | refusals.RunNotFoundError):
                     raise error from exc
                 status = _status(conn, run["run_id"])
                 refused.append({"run_id": run["run_id"], "status": status, "why": error.message})
@@ -292,7 +289,7 @@ def _pause(args: argparse.Namespace) -> int:
                 conn, client_statements.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
             ).fetchone()
         except psycopg.Error as exc:
-            raise client_module.engine_error(exc) from exc
+            raise refusals.engine_error(exc) from exc
     assert pause is not None
     if args.format == "json":
         print_json(pause)
@@ -312,7 +309,7 @@ def _resume(args: argparse.Namespace) -> int:
                 conn, client_statements.RESUME_STEP, (args.flow_slug, args.step_slug)
             ).fetchone()
         except psycopg.Error as exc:
-            raise client_module.engine_error(exc) from exc
+            raise refusals.engine_error(exc) from exc
     shown = int(row["resume_step"]) if row else 0
     if args.format == "json":
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,

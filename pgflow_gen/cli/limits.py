@@ -21,9 +21,8 @@ from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import statements
+from pgflow_gen.engine import refusals, statements
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import client as client_module
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: What an option takes to clear its limit.
@@ -119,11 +118,11 @@ def _limits(args: argparse.Namespace) -> int:
                 conn, statements.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
             ).fetchone()
         except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
-            raise client_module.InvalidStepLimitsError(
+            raise refusals.InvalidStepLimitsError(
                 exc.diag.message_primary or str(exc), hint=exc.diag.message_hint
             ) from None
         except psycopg.Error as exc:
-            raise client_module.engine_error(exc) from exc
+            raise refusals.engine_error(exc) from exc
         after = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
     assert row is not None
     if args.format == "json":

@@ -18,9 +18,8 @@ from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import operator_statements
+from pgflow_gen.engine import operator_statements, refusals
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime.worker import cron_slots as schedule_rules
 
 
@@ -67,7 +66,7 @@ def _schedules(args: argparse.Namespace) -> int:
         try:
             row = connecting.act(conn, query, (args.flow_slug, args.name)).fetchone()
         except psycopg.Error as exc:
-            raise client_module.engine_error(exc) from exc
+            raise refusals.engine_error(exc) from exc
     assert row is not None
     if args.format == "json":
         print_json(row)

@@ -16,9 +16,8 @@ from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import client_statements, operator_statements
+from pgflow_gen.engine import client_statements, operator_statements, refusals
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime import errors
 
 
@@ -58,8 +57,8 @@ def _signal(args: argparse.Namespace) -> int:
                 conn, client_statements.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
             ).fetchone()
         except psycopg.Error as exc:
-            error = client_module.signal_error(exc)
-            if isinstance(error, client_module.InvalidSignalPayloadError):
+            error = refusals.signal_error(exc)
+            if isinstance(error, refusals.InvalidSignalPayloadError):
                 raise UsageError(error.message, detail=error.detail, hint=error.hint) from exc
             raise error from exc
     assert sent is not None  # send_signal returns its row or raises

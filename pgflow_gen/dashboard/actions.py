@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from pgflow_gen.dashboard import pages
-from pgflow_gen.engine import client_statements, dashboard_statements, statements
-from pgflow_gen.runtime import client as client_module
+from pgflow_gen.engine import client_statements, dashboard_statements, refusals, statements
 from pgflow_gen.runtime import errors, sqlstate
 
 log = logging.getLogger("pgflow_gen.dashboard")
@@ -52,7 +51,7 @@ async def retry(request: Request) -> Response:
         await conn.execute(statements.RETRY_RUN, (run_id,))
         return f"Retried run {run_id} from where it failed."
 
-    return await _perform(request, f"/runs/{run_id}", act, refused=client_module.RunNotFailedError)
+    return await _perform(request, f"/runs/{run_id}", act, refused=refusals.RunNotFailedError)
 
 
 async def signal(request: Request) -> Response:
@@ -70,7 +69,7 @@ async def signal(request: Request) -> Response:
         await conn.execute(client_statements.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload)))
         return f"Sent the signal of step {step_slug}."
 
-    return await _perform(request, back, act, classify=client_module.signal_error)
+    return await _perform(request, back, act, classify=refusals.signal_error)
 
 
 async def pause(request: Request) -> Response:
@@ -113,7 +112,7 @@ async def _perform(
     back: str,
     act: Act,
     *,
-    refused: type[errors.PgflowError] = client_module.RunFinishedError,
+    refused: type[errors.PgflowError] = refusals.RunFinishedError,
     classify: Callable[[psycopg.Error], errors.PgflowError] | None = None,
 ) -> Response:
     """Run the action in one transaction; log it; redirect back with its outcome."""
@@ -124,7 +123,7 @@ async def _perform(
     except psycopg.Error as exc:
         if sqlstate.classify(None, exc) in (sqlstate.Kind.LOST, sqlstate.Kind.TRANSIENT):
             raise  # the database is unreachable or busy: the error page says so
-        error = classify(exc) if classify else client_module.engine_error(exc, refused=refused)
+        error = classify(exc) if classify else refusals.engine_error(exc, refused=refused)
         log.warning("refused %s from %s: %s", request.url.path, _actor(request), error.message)
         return _back(back, error=error.message)
     log.info("%s (by %s)", said, _actor(request))

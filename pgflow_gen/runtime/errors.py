@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pgflow_gen.errors import ConfigError, DatabaseError, MigrationError, PgflowError
+from pgflow_gen.errors import (
+    ConfigError,
+    DatabaseError,
+    InvalidRunInputError,
+    MigrationError,
+    PgflowError,
+)
 
 __all__ = [
     "ConfigError",
@@ -55,12 +61,6 @@ class FlowRoutingMismatchError(FlowMismatchError):
     """The queue mode or a step's queue route differs."""
 
     code = "flow_routing_mismatch"
-
-
-class InvalidRunInputError(PgflowError):
-    """A run input that does not match the flow's input type or schema; nothing was written."""
-
-    code = "invalid_run_input"
 
 
 class OutputValidationError(PgflowError):

@@ -10,11 +10,25 @@ need them; `Run.wait` listens on a connection of its own. `close()` (or `with Cl
 client:`) releases them at once; otherwise they go when the Client is garbage collected.
 
 Three modules: `client` (the Client and its pool), `models` (what its calls return) and
-`refusals` (its typed errors, and the translation of what the engine refused into them).
+`run_inputs` (checking an input before it is written). Its typed errors, and the translation of
+what the engine refused into them, are the engine gateway's (`pgflow_gen.engine.refusals`).
 """
 
 from __future__ import annotations
 
+from pgflow_gen.engine.refusals import (
+    FlowNotFoundError,
+    InvalidSignalPayloadError,
+    InvalidStepLimitsError,
+    RunExistsError,
+    RunFinishedError,
+    RunNotFailedError,
+    RunNotFoundError,
+    SignalRefusedError,
+    StepNotFoundError,
+    engine_error,
+    signal_error,
+)
 from pgflow_gen.runtime.client.client import (
     POOL_IDLE_S,
     POOL_SIZE,
@@ -35,19 +49,6 @@ from pgflow_gen.runtime.client.models import (
     WaitingSignal,
     limits_in_words,
     with_concurrency,
-)
-from pgflow_gen.runtime.client.refusals import (
-    FlowNotFoundError,
-    InvalidSignalPayloadError,
-    InvalidStepLimitsError,
-    RunExistsError,
-    RunFinishedError,
-    RunNotFailedError,
-    RunNotFoundError,
-    SignalRefusedError,
-    StepNotFoundError,
-    engine_error,
-    signal_error,
 )
 from pgflow_gen.runtime.client.run_inputs import validate_input
 

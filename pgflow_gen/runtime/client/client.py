@@ -18,6 +18,14 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.engine import client_statements, statements, support, worker_statements
+from pgflow_gen.engine.refusals import (
+    InvalidSignalPayloadError,
+    InvalidStepLimitsError,
+    RunNotFailedError,
+    RunNotFoundError,
+    engine_error,
+    signal_error,
+)
 from pgflow_gen.runtime import database, errors, tracing
 from pgflow_gen.runtime.client import run_inputs
 from pgflow_gen.runtime.client.models import (
@@ -26,14 +34,6 @@ from pgflow_gen.runtime.client.models import (
     StepFailure,
     StepLimits,
     StepPause,
-)
-from pgflow_gen.runtime.client.refusals import (
-    InvalidSignalPayloadError,
-    InvalidStepLimitsError,
-    RunNotFailedError,
-    RunNotFoundError,
-    engine_error,
-    signal_error,
 )
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow

@@ -1,12 +1,14 @@
-"""The typed errors of client calls, and the translation of what the engine refused into them
-(shared by the CLI and the dashboard, which say the same things)."""
+"""What the engine refused, as typed errors: the errors of its calls (a run or flow not found, a
+run finished or not failed, a signal refused...) and the translation of a psycopg error into
+them, with the engine's hint or the missing privilege's. The client, the CLI and the dashboard
+say the same things through it."""
 
 from __future__ import annotations
 
 import psycopg
 
+from pgflow_gen import errors
 from pgflow_gen.engine import roles, support
-from pgflow_gen.runtime import errors
 
 
 class RunNotFoundError(errors.PgflowError):
