@@ -288,11 +288,6 @@ def _flows(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def step_of(row: dict[str, Any]) -> tuple[str, str]:
-    """A row's (flow, step), as pauses and limits are keyed."""
-    return row["flow_slug"], row["step_slug"]
-
-
 def _workers(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         rows = conn.execute(statements.WORKERS, (args.all,)).fetchall()
@@ -343,9 +338,10 @@ def _coverage(args: argparse.Namespace) -> int:
         pauses = step_controls.paused_steps(conn)
         limits = step_controls.step_limits(conn)
     uncovered = [r for r in rows if not r["covered"]]
-    for r in rows:
-        r["paused"] = step_controls.pause_json(pauses.get((r["flow_slug"], r["step_slug"])))
-        r["limits"] = step_controls.limits_json(limits.get((r["flow_slug"], r["step_slug"])))
+    steps = [step_controls.step_of(r) for r in rows]
+    for r, step in zip(rows, steps, strict=True):
+        r["paused"] = step_controls.pause_json(pauses.get(step))
+        r["limits"] = step_controls.limits_json(limits.get(step))
     if args.format == "json":
         print_json({"ok": not uncovered, "freshness_s": freshness, "routes": rows})
     else:
@@ -356,9 +352,9 @@ def _coverage(args: argparse.Namespace) -> int:
             [
                 (r["flow_slug"], r["step_slug"], r["queue_name"], r["live_workers"],
                  "yes" if r["covered"] else "NO",
-                 *([step_controls.pause_cell(pauses.get(step_of(r)))] if paused else []),
-                 *([step_controls.limits_cell(limits.get(step_of(r)))] if limited else []))
-                for r in rows
+                 *([step_controls.pause_cell(pauses.get(step))] if paused else []),
+                 *([step_controls.limits_cell(limits.get(step))] if limited else []))
+                for r, step in zip(rows, steps, strict=True)
             ],
             ["flow", "step", "queue", "live workers", "covered", *(["paused"] if paused else []),
              *(["limits"] if limited else [])],

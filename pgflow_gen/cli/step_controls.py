@@ -15,9 +15,7 @@ Pauses = dict[tuple[str, str], dict[str, Any]]
 
 def paused_steps(conn: psycopg.Connection[dict[str, Any]]) -> Pauses:
     """The paused steps by (flow, step), with their reason and since when."""
-    return {
-        (r["flow_slug"], r["step_slug"]): r for r in conn.execute(operator_statements.STEP_PAUSES)
-    }
+    return {step_of(r): r for r in conn.execute(operator_statements.STEP_PAUSES)}
 
 
 Limits = dict[tuple[str, str], dict[str, Any]]
@@ -26,10 +24,7 @@ Limits = dict[tuple[str, str], dict[str, Any]]
 def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
     """The limited steps by (flow, step), with their limits and use now, and the keyed ones
     with their keys."""
-    limits = {
-        (r["flow_slug"], r["step_slug"]): r
-        for r in conn.execute(statements.STEP_LIMIT_USAGE, (None,))
-    }
+    limits = {step_of(r): r for r in conn.execute(statements.STEP_LIMIT_USAGE, (None,))}
     return client_module.with_concurrency(limits, conn.execute(statements.CONCURRENCY_USAGE))
 
 
@@ -58,3 +53,8 @@ def pause_cell(pause: dict[str, Any] | None) -> str | None:
     if pause is None:
         return None
     return f"paused: {pause['reason']}" if pause["reason"] else "paused"
+
+
+def step_of(row: dict[str, Any]) -> tuple[str, str]:
+    """A row's (flow, step), as pauses and limits are keyed."""
+    return row["flow_slug"], row["step_slug"]

@@ -83,10 +83,9 @@ def test_no_module_outside_the_gateway_holds_sql_text() -> None:
 def test_the_check_sees_the_statements_of_the_gateway() -> None:
     # So that the test above can fail: every kind of statement the gateway holds is recognised.
     for module in STATEMENT_MODULES:
-        assert module.__file__ is not None
-        found = sql_text(Path(module.__file__))
         named = [n for n in names(module) if n.isupper()]
-        assert len(found) >= len(named) > 0 or module is statements, module.__name__
+        assert named, module.__name__
+        assert [n for n in named if not SQL.match(getattr(module, n))] == [], module.__name__
     assert SQL.match("select pgflow.resume_step(%s, %s)")
     assert SQL.match("show server_version")
     assert SQL.match("select 1")
