@@ -40,9 +40,13 @@ def embedded_server() -> embedded.EmbeddedServer:
 
 
 def connect(args: argparse.Namespace) -> psycopg.Connection[dict[str, Any]]:
-    """A connection to the project's database, whose engine is inside this release's support
+    """A connection to the command's database, whose engine is inside this release's support
     window (DatabaseError otherwise: one line saying to migrate)."""
-    url = database_url(args.database_url)
+    return connect_to(database_url(args.database_url))
+
+
+def connect_to(url: str) -> psycopg.Connection[dict[str, Any]]:
+    """`connect` for a URL resolved already."""
     conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
     try:
         support.require(conn)

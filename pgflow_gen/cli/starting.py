@@ -38,9 +38,10 @@ def start(args: argparse.Namespace) -> int:
             f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
         ) from None
     url = connecting.database_url(args.database_url)
+    # Checked as every command checks its flow: the same words for a database it cannot reach.
+    with connecting.connect_to(url) as conn:
+        existing.require_flow(conn, args.flow_slug)
     with Client(url, pool_size=1) as client:
-        with client.connection() as conn:
-            existing.require_flow(conn, args.flow_slug)
         wanted = uuid.uuid4()
         try:
             run = client.start_flow(

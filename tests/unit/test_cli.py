@@ -174,10 +174,11 @@ def test_commands_without_a_database_load_no_database_driver(argv: list[str]) ->
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("command", [["runs"], ["start", "x", "--input", "{}"]])
 def test_a_database_command_still_reports_a_database_error_in_one_line(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    code = cli.main(["runs", "--database-url", "postgresql://nobody@127.0.0.1:1/x"])
+    code = cli.main([*command, "--database-url", "postgresql://nobody@127.0.0.1:1/x"])
     err = capsys.readouterr().err
     assert code == cli.EXIT_FAILURE
     assert err.startswith("error: cannot reach the database: ")
