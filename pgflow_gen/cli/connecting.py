@@ -10,13 +10,16 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
-from pgflow_gen.engine import statements, support
+from pgflow_gen.engine import support
 from pgflow_gen.runtime import database, embedded, project_root
+from pgflow_gen.runtime.client import operations
+
+T = TypeVar("T")
 
 
 def database_url(explicit: str | None) -> str:
@@ -56,15 +59,11 @@ def connect_to(url: str) -> psycopg.Connection[dict[str, Any]]:
     return conn
 
 
-def act(
-    conn: psycopg.Connection[dict[str, Any]], query: Any, params: tuple[Any, ...]
-) -> psycopg.Cursor[dict[str, Any]]:
-    """An operator's action: one engine call in its own transaction, which the engine records
-    in `pgflow.operator_actions` (engine 0020) with the login role as the actor and the CLI's
-    label beside it (`pgflow-gen (user@host)`, what this process says of itself)."""
-    with conn.transaction():
-        conn.execute(statements.SET_ACTION_LABEL, (_operator_label(),))
-        return conn.execute(query, params)
+def perform(conn: psycopg.Connection[dict[str, Any]], action: operations.Action[T]) -> T:
+    """An operator's action in its own transaction, which the engine records in
+    `pgflow.operator_actions` with the login role as the actor and the CLI's label beside it
+    (`pgflow-gen (user@host)`, what this process says of itself)."""
+    return operations.perform(conn, action, label=_operator_label())
 
 
 def _operator_label() -> str:

@@ -9,6 +9,7 @@ A bulk command shows what it will change and asks first (`cancel` always, `retry
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import re
 import sys
@@ -21,8 +22,9 @@ from pgflow_gen.cli import connecting, existing, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import client_statements, operator_statements, refusals, statements
+from pgflow_gen.engine import operator_statements, refusals
 from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime.client import RetriedRun, operations
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -132,11 +134,8 @@ def _cancel(args: argparse.Namespace) -> int:
         cancelled: list[dict[str, Any]] = []
         for run in chosen:
             try:
-                connecting.act(conn, client_statements.CANCEL_RUN, (run["run_id"], args.reason))
-            except psycopg.Error as exc:
-                error = refusals.engine_error(exc)
-                if not isinstance(error, refusals.RunFinishedError):
-                    raise error from exc
+                connecting.perform(conn, operations.cancel_run(run["run_id"], args.reason))
+            except refusals.RunFinishedError:
                 refused.append({**run, "status": _status(conn, run["run_id"])})
                 continue
             cancelled.append(run)
@@ -221,7 +220,7 @@ def _retry(args: argparse.Namespace) -> int:
             "--failed-since selects the failed runs of --flow; named runs are retried as named."
         )
     as_json = args.format == "json"
-    retried: list[dict[str, Any]] = []
+    retried: list[RetriedRun] = []
     refused: list[dict[str, Any]] = []
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
@@ -236,26 +235,18 @@ def _retry(args: argparse.Namespace) -> int:
             chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
         for run in chosen:
             try:
-                row = connecting.act(conn, statements.RETRY_RUN, (run["run_id"],)).fetchone()
-            except psycopg.Error as exc:
-                error = refusals.engine_error(exc, refused=refusals.RunNotFailedError)
-                if not isinstance(error, refusals.RunNotFailedError | refusals.RunNotFoundError):
-                    raise error from exc
+                row = connecting.perform(conn, operations.retry_run(run["run_id"]))
+            except (refusals.RunNotFailedError, refusals.RunNotFoundError) as error:
                 status = _status(conn, run["run_id"])
                 refused.append({"run_id": run["run_id"], "status": status, "why": error.message})
                 continue
-            assert row is not None
             retried.append(row)
             if not as_json:
-                print(f"retried run {row['run_id']} of {row['flow_slug']} ({row['status']};"
-                      f" retry {row['retry_count']})")  # fmt: skip
+                print(f"retried run {row.run_id} of {row.flow_slug} ({row.status};"
+                      f" retry {row.retry_count})")  # fmt: skip
     if as_json:
         print_json({
-            "retried": [
-                {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
-                 "retry_count": r["retry_count"]}
-                for r in retried
-            ],
+            "retried": [dataclasses.asdict(r) for r in retried],
             "not_retried": [
                 {"run_id": r["run_id"], "status": r["status"], "reason": r["why"]} for r in refused
             ],
@@ -284,17 +275,13 @@ def require_step(conn: psycopg.Connection[dict[str, Any]], flow_slug: str, step_
 def _pause(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
-        try:
-            pause = connecting.act(
-                conn, client_statements.PAUSE_STEP, (args.flow_slug, args.step_slug, args.reason)
-            ).fetchone()
-        except psycopg.Error as exc:
-            raise refusals.engine_error(exc) from exc
-    assert pause is not None
+        pause = connecting.perform(
+            conn, operations.pause_step(args.flow_slug, args.step_slug, args.reason)
+        )
     if args.format == "json":
-        print_json(pause)
+        print_json(dataclasses.asdict(pause))
     else:
-        because = f" ({pause['reason']})" if pause["reason"] else ""
+        because = f" ({pause.reason})" if pause.reason else ""
         print(f"paused step {args.step_slug} of {args.flow_slug}{because}: its tasks wait until"
               f" `pgflow-gen resume {args.flow_slug} {args.step_slug}`")  # fmt: skip
     return EXIT_OK
@@ -304,13 +291,7 @@ def _resume(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         was_paused = (args.flow_slug, args.step_slug) in step_controls.paused_steps(conn)
-        try:
-            row = connecting.act(
-                conn, client_statements.RESUME_STEP, (args.flow_slug, args.step_slug)
-            ).fetchone()
-        except psycopg.Error as exc:
-            raise refusals.engine_error(exc) from exc
-    shown = int(row["resume_step"]) if row else 0
+        shown = connecting.perform(conn, operations.resume_step(args.flow_slug, args.step_slug))
     if args.format == "json":
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
                     "was_paused": was_paused, "held_messages_shown": shown})  # fmt: skip

@@ -14,15 +14,13 @@ import re
 import sys
 from typing import Any
 
-import psycopg
-
 from pgflow_gen.cli import connecting, existing, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import refusals, statements
 from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime.client import operations
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: What an option takes to clear its limit.
@@ -113,18 +111,10 @@ def _limits(args: argparse.Namespace) -> int:
         require_step(conn, args.flow_slug, args.step_slug)
         before = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
         wanted = _merged(args, before)
-        try:
-            row = connecting.act(
-                conn, statements.SET_STEP_LIMITS, (args.flow_slug, args.step_slug, *wanted)
-            ).fetchone()
-        except psycopg.errors.InvalidParameterValue as exc:  # a signal step, say
-            raise refusals.InvalidStepLimitsError(
-                exc.diag.message_primary or str(exc), hint=exc.diag.message_hint
-            ) from None
-        except psycopg.Error as exc:
-            raise refusals.engine_error(exc) from exc
+        connecting.perform(
+            conn, operations.set_step_limits(args.flow_slug, args.step_slug, *wanted)
+        )
         after = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
-    assert row is not None
     if args.format == "json":
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
                     "limits": step_controls.limits_json(after)})  # fmt: skip

@@ -18,8 +18,9 @@ from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import operator_statements, refusals
+from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime.client import operations
 from pgflow_gen.runtime.worker import cron_slots as schedule_rules
 
 
@@ -55,19 +56,11 @@ def _schedules(args: argparse.Namespace) -> int:
             hint=f"For example `pgflow-gen schedules {args.action} nightlyReport nightly`;"
             " `pgflow-gen schedules` lists them.",
         )
-    query = (
-        operator_statements.PAUSE_SCHEDULE
-        if args.action == "pause"
-        else operator_statements.RESUME_SCHEDULE
-    )
+    action = operations.pause_schedule if args.action == "pause" else operations.resume_schedule
     with connecting.connect(args) as conn:
         existing.require_flow(conn, args.flow_slug)
         _require_schedule(conn, args.flow_slug, args.name)
-        try:
-            row = connecting.act(conn, query, (args.flow_slug, args.name)).fetchone()
-        except psycopg.Error as exc:
-            raise refusals.engine_error(exc) from exc
-    assert row is not None
+        row = connecting.perform(conn, action(args.flow_slug, args.name))
     if args.format == "json":
         print_json(row)
     elif args.action == "pause":

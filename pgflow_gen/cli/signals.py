@@ -10,15 +10,18 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli import connecting, existing, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import client_statements, operator_statements, refusals
+from pgflow_gen.engine import operator_statements, refusals
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
+from pgflow_gen.runtime.client import operations
+
+#: What `signal --format json` prints of the signal the engine took.
+JSON_KEYS = ("run_id", "step_slug", "received_at", "used_at")
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -53,18 +56,14 @@ def _signal(args: argparse.Namespace) -> int:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")
         _require_signal_step(conn, run["flow_slug"], args.step_slug)
         try:
-            sent = connecting.act(
-                conn, client_statements.SEND_SIGNAL, (args.run_id, args.step_slug, Jsonb(payload))
-            ).fetchone()
-        except psycopg.Error as exc:
-            error = refusals.signal_error(exc)
-            if isinstance(error, refusals.InvalidSignalPayloadError):
-                raise UsageError(error.message, detail=error.detail, hint=error.hint) from exc
-            raise error from exc
-    assert sent is not None  # send_signal returns its row or raises
+            sent = connecting.perform(
+                conn, operations.send_signal(args.run_id, args.step_slug, payload)
+            )
+        except refusals.InvalidSignalPayloadError as error:
+            raise UsageError(error.message, detail=error.detail, hint=error.hint) from error
     if args.format == "json":
-        print_json({key: sent[key] for key in ("run_id", "step_slug", "received_at", "used_at")})
-    elif sent["used_at"] is not None:
+        print_json({key: getattr(sent, key) for key in JSON_KEYS})
+    elif sent.used_at is not None:
         print(f"step {args.step_slug} of run {args.run_id} took the signal: the run goes on")
     else:
         print(

@@ -9,49 +9,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import psycopg
-from psycopg.types.json import Jsonb
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from pgflow_gen.dashboard import pages
-from pgflow_gen.engine import client_statements, dashboard_statements, refusals, statements
+from pgflow_gen.engine import refusals
 from pgflow_gen.runtime import errors, sqlstate
+from pgflow_gen.runtime.client import operations
 
 log = logging.getLogger("pgflow_gen.dashboard")
 
-Connection = psycopg.AsyncConnection[dict[str, Any]]
-Act = Callable[[Connection], Awaitable[str]]
+T = TypeVar("T")
 
 
 async def cancel(request: Request) -> Response:
     run_id = pages.run_id_of(request)
     form = await _checked_form(request)
     reason = str(form.get("reason") or "").strip() or None
-
-    async def act(conn: Connection) -> str:
-        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
-        await conn.execute(client_statements.CANCEL_RUN, (run_id, reason))
-        return f"Cancelled run {run_id}."
-
-    return await _perform(request, f"/runs/{run_id}", act)
+    action = operations.cancel_run(run_id, reason)
+    return await _perform(request, f"/runs/{run_id}", action, f"Cancelled run {run_id}.")
 
 
 async def retry(request: Request) -> Response:
     run_id = pages.run_id_of(request)
     await _checked_form(request)
-
-    async def act(conn: Connection) -> str:
-        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
-        await conn.execute(statements.RETRY_RUN, (run_id,))
-        return f"Retried run {run_id} from where it failed."
-
-    return await _perform(request, f"/runs/{run_id}", act, refused=refusals.RunNotFailedError)
+    said = f"Retried run {run_id} from where it failed."
+    return await _perform(request, f"/runs/{run_id}", operations.retry_run(run_id), said)
 
 
 async def signal(request: Request) -> Response:
@@ -63,38 +52,28 @@ async def signal(request: Request) -> Response:
         payload = json.loads(str(form.get("payload") or ""))
     except json.JSONDecodeError as exc:
         return _back(back, error=f"The payload is not JSON: {exc}.")
-
-    async def act(conn: Connection) -> str:
-        await _one(conn, dashboard_statements.RUN_FLOW, run_id)
-        await conn.execute(client_statements.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload)))
-        return f"Sent the signal of step {step_slug}."
-
-    return await _perform(request, back, act, classify=refusals.signal_error)
+    action = operations.send_signal(run_id, step_slug, payload)
+    return await _perform(request, back, action, f"Sent the signal of step {step_slug}.")
 
 
 async def pause(request: Request) -> Response:
     flow_slug, step_slug = request.path_params["flow_slug"], request.path_params["step_slug"]
     form = await _checked_form(request)
     reason = str(form.get("reason") or "").strip() or None
-
-    async def act(conn: Connection) -> str:
-        await conn.execute(client_statements.PAUSE_STEP, (flow_slug, step_slug, reason))
-        return f"Paused step {step_slug} of {flow_slug}: none of its tasks starts until resumed."
-
-    return await _perform(request, _came_from(request, "/queues"), act)
+    said = f"Paused step {step_slug} of {flow_slug}: none of its tasks starts until resumed."
+    action = operations.pause_step(flow_slug, step_slug, reason)
+    return await _perform(request, _came_from(request, "/queues"), action, said)
 
 
 async def resume(request: Request) -> Response:
     flow_slug, step_slug = request.path_params["flow_slug"], request.path_params["step_slug"]
     await _checked_form(request)
 
-    async def act(conn: Connection) -> str:
-        row = await _one(conn, client_statements.RESUME_STEP, flow_slug, step_slug)
-        return (
-            f"Resumed step {step_slug} of {flow_slug}: {row['resume_step']} held task(s) can start."
-        )
+    def said(held: int) -> str:
+        return f"Resumed step {step_slug} of {flow_slug}: {held} held task(s) can start."
 
-    return await _perform(request, _came_from(request, "/queues"), act)
+    action = operations.resume_step(flow_slug, step_slug)
+    return await _perform(request, _came_from(request, "/queues"), action, said)
 
 
 async def _checked_form(request: Request) -> Any:
@@ -110,31 +89,30 @@ async def _checked_form(request: Request) -> Any:
 async def _perform(
     request: Request,
     back: str,
-    act: Act,
-    *,
-    refused: type[errors.PgflowError] = refusals.RunFinishedError,
-    classify: Callable[[psycopg.Error], errors.PgflowError] | None = None,
+    action: operations.Action[T],
+    said: str | Callable[[T], str],
 ) -> Response:
-    """Run the action in one transaction; log it; redirect back with its outcome."""
+    """Run the action, labelled as the dashboard's; log it; redirect back with its outcome. A
+    run that is not there is a 404 (it may have been pruned); a database that cannot be reached
+    or is busy shows the error page."""
     try:
-        async with request.app.state.pool.connection() as conn, conn.transaction():
-            await conn.execute(statements.SET_ACTION_LABEL, (_actor(request),))
-            said = await act(conn)
-    except psycopg.Error as exc:
-        if sqlstate.classify(None, exc) in (sqlstate.Kind.LOST, sqlstate.Kind.TRANSIENT):
-            raise  # the database is unreachable or busy: the error page says so
-        error = classify(exc) if classify else refusals.engine_error(exc, refused=refused)
+        async with request.app.state.pool.connection() as conn:
+            result = await operations.perform_async(conn, action, label=_actor(request))
+    except refusals.RunNotFoundError as error:
+        gone = "No such run in this database (it may have been pruned)."
+        raise HTTPException(404, gone) from error
+    except errors.PgflowError as error:
+        cause = error.__cause__
+        if isinstance(cause, psycopg.Error) and sqlstate.classify(None, cause) in (
+            sqlstate.Kind.LOST,
+            sqlstate.Kind.TRANSIENT,
+        ):
+            raise cause from None
         log.warning("refused %s from %s: %s", request.url.path, _actor(request), error.message)
         return _back(back, error=error.message)
-    log.info("%s (by %s)", said, _actor(request))
-    return _back(back, done=said)
-
-
-async def _one(conn: Connection, query: Any, *params: Any) -> dict[str, Any]:
-    row = await (await conn.execute(query, params)).fetchone()
-    if row is None:
-        raise HTTPException(404, "No such run in this database (it may have been pruned).")
-    return dict(row)
+    outcome = said if isinstance(said, str) else said(result)
+    log.info("%s (by %s)", outcome, _actor(request))
+    return _back(back, done=outcome)
 
 
 def _actor(request: Request) -> str:

@@ -1,6 +1,7 @@
-"""Every statement the client sends, by name (the CLI and the dashboard send some of them too,
-for the same operations): starting runs, reading them, signals, pauses, cancels. Literal
-strings with bound parameters, as everywhere in the gateway.
+"""Every statement the client sends, by name: starting runs, reading them, and the operator's
+actions (cancel, retry, signal, pause and resume, limits, schedules), which the CLI and the
+dashboard perform through the same `runtime/client/operations`. Literal strings with bound
+parameters, as everywhere in the gateway.
 """
 
 from __future__ import annotations
@@ -74,3 +75,24 @@ UNSERVED_STEPS: Final[LiteralString] = (
     " where t.run_id = %s and t.status = 'queued' and not c.covered"
     " group by t.step_slug, t.queue_name, c.step_index order by c.step_index"
 )
+
+# -- operator actions (`runtime/client/operations`) --------------------------------------------
+#: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
+#: its workers may change it the moment it commits.
+RETRY_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
+)
+#: (label) -> the engine records this transaction's operator actions with the caller's label
+#: (the CLI's `pgflow-gen (user@host)`, the dashboard's client address) beside the login role
+#: (engine 0020; what the caller says of itself, not vouched for).
+SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
+#: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
+#: NULL when cleared; engine 0017).
+SET_STEP_LIMITS: Final[LiteralString] = (
+    "select max_in_flight, rate_limit, rate_period_s, set_by"
+    " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
+)
+#: (flow, name) -> the schedule paused (engine 0017).
+PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
+#: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).
+RESUME_SCHEDULE: Final[LiteralString] = "select * from pgflow.resume_schedule(%s, %s)"

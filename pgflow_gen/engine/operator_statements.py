@@ -129,10 +129,6 @@ SCHEDULES: Final[LiteralString] = (
 SCHEDULE_NAMES: Final[LiteralString] = (
     "select schedule_name from pgflow.schedules where flow_slug = %s order by schedule_name"
 )
-#: (flow, name) -> the schedule paused (engine 0017).
-PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
-#: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).
-RESUME_SCHEDULE: Final[LiteralString] = "select * from pgflow.resume_schedule(%s, %s)"
 #: () -> every paused step with its reason and since when.
 STEP_PAUSES: Final[LiteralString] = (
     "select flow_slug, step_slug, reason, paused_at from pgflow.step_pauses"

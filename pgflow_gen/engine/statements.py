@@ -9,17 +9,6 @@ from typing import Final, LiteralString
 
 from psycopg import sql
 
-# -- runs ----------------------------------------------------------------------------------------
-#: (run id) -> the run as retrying it left it (engine 0011): read in the same statement, since
-#: its workers may change it the moment it commits.
-RETRY_RUN: Final[LiteralString] = (
-    "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
-)
-#: (label) -> the engine records this transaction's operator actions with the caller's label
-#: (the CLI's `pgflow-gen (user@host)`, the dashboard's client address) beside the login role
-#: (engine 0020; what the caller says of itself, not vouched for).
-SET_ACTION_LABEL: Final[LiteralString] = "select set_config('pgflow.action_label', %s, true)"
-
 # -- flows and steps -----------------------------------------------------------------------------
 #: (flow slug) -> the input schema it was compiled with ("schema"; NULL when it has none).
 FLOW_INPUT_SCHEMA: Final[LiteralString] = (
@@ -27,12 +16,6 @@ FLOW_INPUT_SCHEMA: Final[LiteralString] = (
 )
 #: Every compiled flow's slug, in order.
 FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
-#: (flow, step, max in flight, rate limit, rate period) -> the step's limits afterwards (all
-#: NULL when cleared; engine 0017).
-SET_STEP_LIMITS: Final[LiteralString] = (
-    "select max_in_flight, rate_limit, rate_period_s, set_by"
-    " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
-)
 #: (flow or NULL: every flow) -> each limited step with its limits, who set them, and their use
 #: now (engine 0017).
 STEP_LIMIT_USAGE: Final[LiteralString] = (

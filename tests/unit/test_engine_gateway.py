@@ -135,3 +135,33 @@ def test_shared_statements_are_shared() -> None:
             part for part in users if re.search(rf"(?<![a-z_])statements\.{name}\b", parts[part])
         ]
         assert len(users) >= 2, f"{name} is sent only by {users}"
+
+
+#: The operator's actions: one implementation (`runtime/client/operations`) that the Client, the
+#: CLI and the dashboard all perform.
+ACTIONS = [
+    "CANCEL_RUN",
+    "RETRY_RUN",
+    "SEND_SIGNAL",
+    "PAUSE_STEP",
+    "RESUME_STEP",
+    "SET_STEP_LIMITS",
+    "PAUSE_SCHEDULE",
+    "RESUME_SCHEDULE",
+    "SET_ACTION_LABEL",
+]
+
+
+def test_each_operator_action_is_written_once() -> None:
+    operations = PACKAGE / "runtime" / "client" / "operations.py"
+    senders = {
+        name: [
+            str(path.relative_to(PACKAGE))
+            for path in outside_the_gateway()
+            if re.search(rf"\bclient_statements\.{name}\b", path.read_text())
+        ]
+        for name in ACTIONS
+    }
+    assert senders == {name: [str(operations.relative_to(PACKAGE))] for name in ACTIONS}
+    for caller in ("runtime/client/client.py", "cli/connecting.py", "dashboard/actions.py"):
+        assert "operations.perform" in (PACKAGE / caller).read_text(), caller

@@ -9,7 +9,8 @@ A Client keeps a small pool of connections (psycopg_pool) for its short calls, o
 need them; `Run.wait` listens on a connection of its own. `close()` (or `with Client() as
 client:`) releases them at once; otherwise they go when the Client is garbage collected.
 
-Three modules: `client` (the Client and its pool), `models` (what its calls return) and
+Four modules: `client` (the Client and its pool), `models` (what its calls return),
+`operations` (the operator's actions, which the CLI and the dashboard perform too) and
 `run_inputs` (checking an input before it is written). Its typed errors, and the translation of
 what the engine refused into them, are the engine gateway's (`pgflow_gen.engine.refusals`).
 """
@@ -39,6 +40,7 @@ from pgflow_gen.runtime.client.client import (
 from pgflow_gen.runtime.client.models import (
     CONCURRENCY_FIELDS,
     NO_STEP_LIMITS,
+    RetriedRun,
     Run,
     RunStatus,
     SentSignal,
@@ -62,6 +64,7 @@ __all__ = [
     "FlowNotFoundError",
     "InvalidSignalPayloadError",
     "InvalidStepLimitsError",
+    "RetriedRun",
     "Run",
     "RunExistsError",
     "RunFinishedError",

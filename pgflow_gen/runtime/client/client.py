@@ -18,16 +18,9 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.engine import client_statements, statements, support, worker_statements
-from pgflow_gen.engine.refusals import (
-    InvalidSignalPayloadError,
-    InvalidStepLimitsError,
-    RunNotFailedError,
-    RunNotFoundError,
-    engine_error,
-    signal_error,
-)
+from pgflow_gen.engine.refusals import RunNotFoundError, engine_error
 from pgflow_gen.runtime import database, errors, tracing
-from pgflow_gen.runtime.client import run_inputs
+from pgflow_gen.runtime.client import operations, run_inputs
 from pgflow_gen.runtime.client.models import (
     Run,
     SentSignal,
@@ -312,10 +305,7 @@ class Client:
         DatabaseError for anything else the database refuses.
         """
         with self.connection() as conn:
-            try:
-                conn.execute(client_statements.CANCEL_RUN, (run_id, reason))
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
+            operations.perform(conn, operations.cancel_run(run_id, reason))
             return self.read_run(conn, run_id)
 
     def retry_run(self, run_id: uuid.UUID) -> Run[Any]:
@@ -328,10 +318,7 @@ class Client:
         since (nothing changed), DatabaseError for anything else the database refuses.
         """
         with self.connection() as conn:
-            try:
-                conn.execute(statements.RETRY_RUN, (run_id,))
-            except psycopg.Error as exc:
-                raise engine_error(exc, refused=RunNotFailedError) from exc
+            operations.perform(conn, operations.retry_run(run_id))
             return self.read_run(conn, run_id)
 
     @overload
@@ -354,19 +341,9 @@ class Client:
         has its signal already); nothing changed then.
         """
         step_slug = signal if isinstance(signal, str) else signal.step_slug
-        with self.connection() as conn, conn.cursor(row_factory=class_row(SentSignal)) as cur:
-            try:
-                row = cur.execute(
-                    client_statements.SEND_SIGNAL, (run_id, step_slug, Jsonb(payload))
-                ).fetchone()
-            except (TypeError, ValueError) as exc:  # not JSON: nothing was sent
-                raise InvalidSignalPayloadError(
-                    f'The payload of signal "{step_slug}" is not JSON-serialisable: {exc}.'
-                ) from exc
-            except psycopg.Error as exc:
-                raise signal_error(exc) from exc
-        assert row is not None  # send_signal returns its row or raises
-        return row
+        action = operations.send_signal(run_id, step_slug, payload)
+        with self.connection() as conn:
+            return operations.perform(conn, action)
 
     def pause_step(
         self,
@@ -382,15 +359,8 @@ class Client:
         database refuses.
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        with self.connection() as conn, conn.cursor(row_factory=class_row(StepPause)) as cur:
-            try:
-                row = cur.execute(
-                    client_statements.PAUSE_STEP, (plain.slug, step_slug, reason)
-                ).fetchone()
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
-        assert row is not None  # pause_step returns its row or raises
-        return row
+        with self.connection() as conn:
+            return operations.perform(conn, operations.pause_step(plain.slug, step_slug, reason))
 
     def resume_step(
         self,
@@ -402,13 +372,7 @@ class Client:
         was not paused). Raises as `pause_step` does."""
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         with self.connection() as conn:
-            try:
-                row = conn.execute(
-                    client_statements.RESUME_STEP, (plain.slug, step_slug)
-                ).fetchone()
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
-        return int(row[0]) if row else 0
+            return operations.perform(conn, operations.resume_step(plain.slug, step_slug))
 
     def set_step_limits(
         self,
@@ -428,19 +392,11 @@ class Client:
         step), FlowNotFoundError or StepNotFoundError, DatabaseError for anything else.
         """
         plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        action = operations.set_step_limits(
+            plain.slug, step_slug, max_in_flight, rate_limit, rate_period_s
+        )
         with self.connection() as conn:
-            try:
-                conn.execute(
-                    statements.SET_STEP_LIMITS,
-                    (plain.slug, step_slug, max_in_flight, rate_limit, rate_period_s),
-                )
-            except psycopg.errors.InvalidParameterValue as exc:
-                diag = exc.diag
-                raise InvalidStepLimitsError(
-                    diag.message_primary or str(exc), hint=diag.message_hint
-                ) from exc
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
+            operations.perform(conn, action)
             found = self._step_limits(conn, plain.slug)
         return next((limits for limits in found if limits.step_slug == step_slug), None)
 

@@ -166,6 +166,16 @@ class SentSignal:
 
 
 @dataclass(frozen=True)
+class RetriedRun:
+    """A failed run the engine retried: `status` is `started` again, `retry_count` how often."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: RunStatus
+    retry_count: int
+
+
+@dataclass(frozen=True)
 class WaitingSignal:
     """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
 
