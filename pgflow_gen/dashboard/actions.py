@@ -1,9 +1,10 @@
 """The dashboard's actions (POST): cancel or retry a run, send a signal, pause or resume a step.
-Only with actions allowed and a token, with the form's CSRF value; each goes through the
-engine's own function, which records it in `pgflow.operator_actions` (engine 0020: the
-dashboard's login role as the actor, and the dashboard's label with the client's address beside
-it; refused: nothing is recorded), logged, and answered with a redirect to the page it came
-from, saying what happened or why the engine refused."""
+Only with actions allowed and a token, with the form's CSRF value; each is the action the
+Client and the CLI perform too (`runtime/client/operations`), through the engine's own function,
+which records it in `pgflow.operator_actions` (the dashboard's login role as the actor, and the
+dashboard's label with the client's address beside it; refused: nothing is recorded), logged,
+and answered with a redirect to the page it came from, saying what happened or why the engine
+refused."""
 
 from __future__ import annotations
 
