@@ -15,7 +15,7 @@ from pgflow_gen.cli import bulk, connecting, existing, starting, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
-from pgflow_gen.engine import operator_statements, statements
+from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
 
@@ -290,7 +290,7 @@ def _flows(args: argparse.Namespace) -> int:
 
 def _workers(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
-        rows = conn.execute(statements.WORKERS, (args.all,)).fetchall()
+        rows = conn.execute(statements.workers(support.version(conn)), (args.all,)).fetchall()
         pauses = step_controls.paused_steps(conn)
     for r in rows:  # the paused steps a worker serves: its own, or any of its flow's
         r["paused_steps"] = [

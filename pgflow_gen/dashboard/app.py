@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from pgflow_gen import errors
 from pgflow_gen.dashboard import access as access_module
 from pgflow_gen.dashboard import actions, display, live, metrics, pages
 from pgflow_gen.runtime import database, sqlstate
@@ -100,6 +101,7 @@ def create_app(
             HTTPException: _http_error,
             psycopg.Error: _database_error,
             psycopg_pool.PoolTimeout: _database_error,
+            errors.DatabaseError: _engine_error,
             Exception: _internal_error,
         },
         lifespan=lifespan,
@@ -250,6 +252,18 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     if "text/html" not in request.headers.get("accept", ""):
         return PlainTextResponse(f"{message}\n", status_code=status)
     return pages.render(request, "error.html", status_code=status, page="error", status=status,
+                        message=message)  # fmt: skip
+
+
+async def _engine_error(request: Request, exc: Exception) -> Response:
+    """An engine outside this release's support window (migrated back under a running
+    dashboard): 500 saying so and what to do."""
+    assert isinstance(exc, errors.DatabaseError)
+    log.error("%s on %s", exc.message, request.url.path)
+    message = " ".join(part for part in (exc.message, exc.detail, exc.hint) if part)
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(f"{message}\n", status_code=500)
+    return pages.render(request, "error.html", status_code=500, page="error", status=500,
                         message=message)  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from pgflow_gen.dashboard import dag
-from pgflow_gen.engine import dashboard_statements, statements
+from pgflow_gen.engine import dashboard_statements, statements, support
 from pgflow_gen.runtime.client import limits_in_words, with_concurrency
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
@@ -443,7 +443,8 @@ async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> An
 
 async def workers(conn: Connection) -> list[dict[str, Any]]:
     """Every worker, stopped ones too, by queue and newest first within it."""
-    rows = await (await conn.execute(statements.WORKERS, (True,))).fetchall()
+    statement = statements.workers(await support.version_async(conn))
+    rows = await (await conn.execute(statement, (True,))).fetchall()
     rows.sort(key=lambda row: row["started_at"], reverse=True)
     rows.sort(key=lambda row: row["queue_name"])  # stable: newest first within each queue
     return rows

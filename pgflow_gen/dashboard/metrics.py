@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pgflow_gen.dashboard import data
-from pgflow_gen.engine import dashboard_statements
+from pgflow_gen.engine import dashboard_statements, support
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ROUTE_LABELS = ("flow", "step", "queue")
@@ -36,11 +36,12 @@ class Snapshot:
 
 
 async def snapshot(conn: psycopg.AsyncConnection[dict[str, Any]]) -> Snapshot:
+    counted = dashboard_statements.worker_states(await support.version_async(conn))
     return Snapshot(
         routes=await data.routes(conn),
         runs=await (await conn.execute(dashboard_statements.RUNS_BY_STATUS)).fetchall(),
         stalled=await (await conn.execute(dashboard_statements.STALLED_TASKS)).fetchall(),
-        workers=await (await conn.execute(dashboard_statements.WORKER_STATES, (True,))).fetchall(),
+        workers=await (await conn.execute(counted, (True,))).fetchall(),
     )
 
 

@@ -238,12 +238,15 @@ STALLED_TASKS: Final[LiteralString] = (
     " from pgflow.find_stalled_tasks() as x join pgflow.runs as r on r.run_id = x.run_id"
     " group by 1, 2"
 )
-#: (all: include stopped ones) -> how many workers by flow, step, queue and state: the states
-#: of `statements.WORKERS`, so the metrics count by the same liveness rule `pgflow-gen workers`
-#: and the dashboard's workers page show.
-WORKER_STATES: Final[LiteralString] = (
-    "select coalesce(flow_slug, '') as flow_slug, coalesce(step_slug, '') as step_slug,"
-    " queue_name, state, count(*)::int as workers from ("
-    + statements.WORKERS
-    + ") as w group by 1, 2, 3, 4 order by 1, 2, 3, 4"
-)
+
+
+def worker_states(version: str) -> LiteralString:
+    """(all: include stopped ones) -> how many workers by flow, step, queue and state: the states
+    of `statements.workers(version)`, so the metrics count by the engine's one liveness rule as
+    `pgflow-gen workers` and the dashboard's workers page do."""
+    return (
+        "select coalesce(flow_slug, '') as flow_slug, coalesce(step_slug, '') as step_slug,"
+        " queue_name, state, count(*)::int as workers from ("
+        + statements.workers(version)
+        + ") as w group by 1, 2, 3, 4 order by 1, 2, 3, 4"
+    )

@@ -68,6 +68,7 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "list_schedules",
         "queue_coverage",
         "step_limit_usage",
+        "worker_states",
     ),
     "client": ("cancel_run", "retry_run", "send_signal", "start_flow", "start_flows"),
     "worker": (

@@ -25,18 +25,29 @@ STEP_LIMIT_USAGE: Final[LiteralString] = (
 #: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 
+
 # -- workers -------------------------------------------------------------------------------------
-#: (all: include stopped ones) -> workers by queue, oldest first, each live, stale, deprecated
-#: or stopped by the engine's liveness rule: live while its last heartbeat is younger than
-#: live_within, exactly as pgflow.queue_coverage counts it (a test holds the two together).
-WORKERS: Final[LiteralString] = (
+def workers(version: str) -> LiteralString:
+    """(all: include stopped ones) -> workers by queue, oldest first, each live, stale,
+    deprecated or stopped by the engine's one liveness rule, pgflow.worker_states (engine 0022),
+    by which pgflow.queue_coverage counts too; for an engine at `version`
+    (`support.version(conn)`)."""
+    return _WORKERS if version >= "0022" else _WORKERS_0021
+
+
+_WORKERS: Final[LiteralString] = (
+    "select * from pgflow.worker_states()"
+    " where %s or stopped_at is null order by queue_name, started_at"
+)
+#: _WORKERS on engine 0021, the window's oldest, which has no worker_states: the same rule and
+#: columns written out (a test holds the two together). It goes when the window passes 0021.
+_WORKERS_0021: Final[LiteralString] = (
     "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
     " last_heartbeat_at, stopped_at, deprecated_at,"
     " case when stopped_at is not null then 'stopped' "
     " when deprecated_at is not null then 'deprecated' "
-    " when last_heartbeat_at <= now() - (pgflow.worker_liveness()).live_within"
-    "   then 'stale' "
-    " else 'live' end as state"
+    " when last_heartbeat_at > now() - (pgflow.worker_liveness()).live_within then 'live' "
+    " else 'stale' end as state"
     " from pgflow.workers where %s or stopped_at is null order by queue_name, started_at"
 )
 

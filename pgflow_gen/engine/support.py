@@ -6,18 +6,21 @@ and then the processes; it has no fallbacks for older engines. A process that fi
 older than the window, or none, stops with one line saying to migrate (`docs/operations/
 upgrading.md`, "The support window"). The version is the newest row of
 `pgflow.schema_migrations`, which every migration writes (`pgflow-gen db migrate`, `db sql`).
+A statement that differs across the window is chosen by `version(conn)`, read once per
+connection (`engine/statements.py`, "workers").
 
->>> check("0021")
->>> check("0019")
+>>> check("0022")
+>>> check("0020")
 Traceback (most recent call last):
 ...
 pgflow_gen.errors.DatabaseError: The database has no pgflow engine (or an older one).
-DETAIL: Its engine is at migration 0019; this release works with migration 0020 and later.
+DETAIL: Its engine is at migration 0020; this release works with migration 0021 and later.
 HINT: Run `pgflow-gen db migrate` against this database first.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Final, LiteralString, NoReturn
 
 import psycopg
@@ -29,11 +32,11 @@ from pgflow_gen import errors
 MIGRATE_HINT: Final = "Run `pgflow-gen db migrate` against this database first."
 
 #: The oldest engine migration this release works with: the previous release's.
-OLDEST: Final = "0020"
+OLDEST: Final = "0021"
 #: A function engine migration OLDEST added: how a role that may not read the migrations table
 #: (a worker whose grants an older release made) still tells OLDEST from an older engine. Later
 #: migrations keep its signature while a release that checks it is supported.
-OLDEST_MARKER: Final = "pgflow.cancelled_runs(uuid[])"
+OLDEST_MARKER: Final = "pgflow._cron_names(text, text, timestamptz)"
 
 #: () -> whether the migrations table exists, whether this role may read it, whether the engine
 #: has OLDEST_MARKER: catalog lookups any role may make, which never fail.
@@ -43,6 +46,9 @@ PROBE: Final[LiteralString] = (
     " to_regprocedure(%s) is not null"
 )
 NEWEST_MIGRATION: Final[LiteralString] = "select max(version) from pgflow.schema_migrations"
+
+#: The version each open connection read (`require`), so `version` reads it once per connection.
+_VERSIONS: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
 
 def check(version: str | None) -> None:
@@ -79,7 +85,14 @@ def require(conn: psycopg.Connection[Any]) -> str:
         if probe[0] and probe[1]:
             row = cursor.execute(NEWEST_MIGRATION).fetchone()
             newest = row[0] if row else None
-    return decide(probe, newest)
+    _VERSIONS[conn] = found = decide(probe, newest)
+    return found
+
+
+def version(conn: psycopg.Connection[Any]) -> str:
+    """The engine's version as `conn` read it with `require`, or reads it now (DatabaseError
+    outside the window)."""
+    return _VERSIONS.get(conn) or require(conn)
 
 
 async def require_async(conn: psycopg.AsyncConnection[Any]) -> str:
@@ -93,7 +106,13 @@ async def require_async(conn: psycopg.AsyncConnection[Any]) -> str:
             await cursor.execute(NEWEST_MIGRATION)
             row = await cursor.fetchone()
             newest = row[0] if row else None
-    return decide(probe, newest)
+    _VERSIONS[conn] = found = decide(probe, newest)
+    return found
+
+
+async def version_async(conn: psycopg.AsyncConnection[Any]) -> str:
+    """`version` on an async connection."""
+    return _VERSIONS.get(conn) or await require_async(conn)
 
 
 def _refuse(detail: str) -> NoReturn:

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from pgflow_gen.runtime import migrations
 from tests.engine import Engine, shape_step
 from tests.roles import Logins, logins_on, refused
+from tests.upgrades import claimed_work_finishes
 
 
 @pytest.fixture
@@ -31,19 +32,7 @@ def upgrade(engine: Engine) -> None:
 
 def test_work_claimed_on_0019_finishes(version_19: Engine) -> None:
     engine = version_19
-    engine.flow("sync", {"slug": "fetch"}, {"slug": "store", "deps_slugs": ["fetch"]})
-    before = [engine.start("sync", {"page": n}) for n in range(3)]
-    claimed = engine.poll("sync", qty=2)
-
-    upgrade(engine)
-
-    after = [engine.start("sync", {"page": n}) for n in range(3, 5)]
-    for task in claimed:
-        assert engine.complete(task, {"rows": 1}, fenced=True)["status"] == "completed"
-    while tasks := engine.poll("sync"):
-        for task in tasks:
-            engine.complete(task, {"rows": 1}, fenced=True)
-    assert {engine.run(r)["status"] for r in before + after} == {"completed"}
+    claimed_work_finishes(engine, upgrade)
     assert engine.value("select max(attempts_before_retry) from pgflow.step_tasks") == 0
 
 

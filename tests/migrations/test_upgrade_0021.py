@@ -12,6 +12,7 @@ import pytest
 
 from pgflow_gen.runtime import migrations
 from tests.engine import Engine
+from tests.upgrades import claimed_work_finishes
 
 UTC = datetime.UTC
 NIGHTLY = {"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Berlin", "input": {},
@@ -39,18 +40,7 @@ def start_slots(engine: Engine, slots: list[datetime.datetime]) -> list[datetime
 
 def test_work_claimed_on_0020_finishes(version_20: Engine) -> None:
     engine = version_20
-    engine.flow("sync", {"slug": "fetch"}, {"slug": "store", "deps_slugs": ["fetch"]})
-    before = [engine.start("sync", {"page": n}) for n in range(3)]
-    claimed = engine.poll("sync", qty=2)
-
-    upgrade(engine)
-
-    for task in claimed:
-        assert engine.complete(task, {"rows": 1}, fenced=True)["status"] == "completed"
-    while tasks := engine.poll("sync"):
-        for task in tasks:
-            engine.complete(task, {"rows": 1}, fenced=True)
-    assert {engine.run(r)["status"] for r in before} == {"completed"}
+    claimed_work_finishes(engine, upgrade)
 
 
 def test_a_schedule_starts_only_the_slots_its_cron_names_after_the_upgrade(

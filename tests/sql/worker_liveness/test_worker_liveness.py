@@ -71,11 +71,15 @@ def test_queue_coverage_counts_live_workers_by_the_rule(engine: Engine) -> None:
     assert engine.value(covered) is True
 
 
+@pytest.mark.parametrize("workers", [statements.workers("0022"), statements.workers("0021")])
 @pytest.mark.parametrize("age_s", [14.9, 15.0, 15.1])
-def test_workers_and_coverage_read_one_rule_even_at_its_edge(engine: Engine, age_s: float) -> None:
-    # `pgflow-gen workers`, the dashboard and its metrics (statements.WORKERS) call a worker
-    # live exactly when `coverage` and `status` (pgflow.queue_coverage) count it: in one
-    # transaction now() is one instant, so a heartbeat exactly 15 s old is tested too.
+def test_workers_and_coverage_read_one_rule_even_at_its_edge(
+    engine: Engine, age_s: float, workers: str
+) -> None:
+    # `pgflow-gen workers`, the dashboard and its metrics (statements.workers, on either engine
+    # of the support window) call a worker live exactly when `coverage` and `status`
+    # (pgflow.queue_coverage) count it: in one transaction now() is one instant, so a heartbeat
+    # exactly 15 s old is tested too.
     engine.flow("orders", {"slug": "pay"})
     engine.call("register_worker", OTHER, "orders", "w", flow_slug="orders")
     with engine.conn.transaction():
@@ -83,7 +87,7 @@ def test_workers_and_coverage_read_one_rule_even_at_its_edge(engine: Engine, age
             "update pgflow.workers set last_heartbeat_at = now() - make_interval(secs => %s)",
             (age_s,),
         )
-        state = engine.one(statements.WORKERS, False)["state"]
+        state = engine.one(workers, False)["state"]
         covered = engine.value("select covered from pgflow.queue_coverage()")
     assert (state == "live") is covered
     assert covered is (age_s < 15.0)

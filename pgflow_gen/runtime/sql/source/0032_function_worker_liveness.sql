@@ -1,5 +1,5 @@
 -- The worker liveness rule, the one place in SQL that spells it: workers heartbeat every
--- heartbeat_interval; a worker counts as live (queue_coverage, `pgflow-gen workers`) while its
+-- heartbeat_interval; a worker counts as live (pgflow.worker_states) while its
 -- heartbeat is younger than live_within, and its tasks count as stalled (requeue_stalled_tasks)
 -- once it is older than stalled_after. Defaults 5 s, 15 s and 30 s (pgflow_gen.runtime.liveness
 -- is the Python twin); an operator may set pgflow.heartbeat_interval, pgflow.live_within and

@@ -1,6 +1,6 @@
 -- Which queue routes have a live worker right now: every persisted step route, left-joined to the
--- workers registered on exactly that queue that are neither stopped nor deprecated and sent a
--- heartbeat within `freshness` (default: the liveness rule's live_within, 15 s, three heartbeats).
+-- workers registered on exactly that queue that pgflow.worker_states calls live within
+-- `freshness` (default: the liveness rule's live_within, 15 s, three heartbeats).
 -- Several live instances are one covered route. A point-in-time check, run after a deployment.
 -- Signal steps are left out: they run no task, so no worker serves them.
 create function pgflow.queue_coverage(freshness interval default (pgflow.worker_liveness()).live_within)
@@ -20,11 +20,8 @@ as $$
   select s.flow_slug, s.step_slug, s.step_index, s.queue_name,
     count(w.worker_id)::int, count(w.worker_id) > 0
   from pgflow.steps as s
-  left join pgflow.workers as w
-    on w.queue_name = s.queue_name
-    and w.stopped_at is null
-    and w.deprecated_at is null
-    and w.last_heartbeat_at > now() - queue_coverage.freshness
+  left join pgflow.worker_states(queue_coverage.freshness) as w
+    on w.queue_name = s.queue_name and w.state = 'live'
   where s.step_type <> 'signal'
   group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
   order by s.flow_slug, s.step_index
