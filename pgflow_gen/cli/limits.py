@@ -2,14 +2,16 @@
 
 The engine enforces a step's limits when tasks are claimed, across every worker (engine 0017):
 `--max-in-flight N` tasks started at once, and `--rate COUNT/PERIOD` task starts in any window
-of PERIOD. A flow's spec sets them too (`options: {max_in_flight, rate_limit}`); applying its
-migration again sets the spec's on the steps it limits, and keeps what an operator set on the
-others. docs/flow-control.md has worked examples.
+of PERIOD. A flow's spec sets them too (`options: {max_in_flight, rate_limit}`): they are each
+step's baseline. Limits set here override the spec's, through worker starts and migrations,
+until `--reset` gives the step back the spec's (engine 0023). docs/flow-control.md has worked
+examples.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 import sys
 from typing import Any
@@ -20,6 +22,7 @@ from pgflow_gen.cli.control import require_step
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
 from pgflow_gen.errors import UsageError
+from pgflow_gen.runtime import client as client_module
 from pgflow_gen.runtime.client import operations
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -91,13 +94,22 @@ def register(commands: cli_parser.Commands) -> None:
         help="at most COUNT task starts in any PERIOD, such as 100/1m or 10/s (none: no rate"
         " limit); every attempt and every map element is a start",
     )
-    limits.add_argument("--clear", action="store_true", help="remove the step's limits")
+    limits.add_argument(
+        "--clear",
+        action="store_true",
+        help="remove the step's limits (over limits its spec sets: until --reset)",
+    )
+    limits.add_argument(
+        "--reset",
+        action="store_true",
+        help="remove what an operator set: the step gets the limits its flow's spec sets",
+    )
     limits.set_defaults(handler=_limits)
 
 
 def _limits(args: argparse.Namespace) -> int:
-    changing = args.clear or "max_in_flight" in args or "rate" in args
-    if not changing:
+    setting = args.clear or "max_in_flight" in args or "rate" in args
+    if not setting and not args.reset:
         return _show(args)
     if args.flow_slug is None or args.step_slug is None:
         raise UsageError(
@@ -107,13 +119,20 @@ def _limits(args: argparse.Namespace) -> int:
         )
     if args.clear and ("max_in_flight" in args or "rate" in args):
         raise UsageError("--clear removes every limit: give it alone, or change the limits.")
+    if args.reset and setting:
+        raise UsageError(
+            "--reset gives the step the spec's limits: give it alone, or set limits.",
+            hint="Set limits with --max-in-flight, --rate or --clear; --reset undoes them.",
+        )
     with connecting.connect(args) as conn:
         require_step(conn, args.flow_slug, args.step_slug)
         before = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
-        wanted = _merged(args, before)
-        connecting.perform(
-            conn, operations.set_step_limits(args.flow_slug, args.step_slug, *wanted)
-        )
+        if args.reset:
+            action = operations.reset_step_limits(args.flow_slug, args.step_slug)
+        else:
+            wanted = _merged(args, before)
+            action = operations.set_step_limits(args.flow_slug, args.step_slug, *wanted)
+        connecting.perform(conn, action)
         after = step_controls.step_limits(conn).get((args.flow_slug, args.step_slug))
     if args.format == "json":
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
@@ -121,14 +140,14 @@ def _limits(args: argparse.Namespace) -> int:
         return EXIT_OK
     where = f"step {args.step_slug} of {args.flow_slug}"
     print(f"{where}: {_describe(after)}" if after else f"{where}: no limits now")
-    if (
-        before is not None
-        and before["set_by"] == "spec"
-        and (before["max_in_flight"] is not None or before["rate_limit"] is not None)
-    ):
+    if args.reset:
+        if before is None or before.get("overridden_at") is None:
+            print("note: no operator's limits to remove: these are the spec's", file=sys.stderr)
+    elif after is not None and client_module.overrides_spec(after):
         print(
-            "note: the flow's spec sets this step's limits; applying its migration again"
-            " (`pgflow-gen db apply`) sets the spec's",
+            "note: an operator's limits stay through worker starts and `pgflow-gen db apply`;"
+            f" `pgflow-gen limits {args.flow_slug} {args.step_slug} --reset` gives the step the"
+            " spec's again",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -148,7 +167,8 @@ def _merged(args: argparse.Namespace, before: dict[str, Any] | None) -> tuple[An
 
 
 def _describe(limits: dict[str, Any]) -> str:
-    """A step's limits in words, with their use: "at most 4 in flight (3 now), ..."."""
+    """A step's limits in words, with their use: "at most 4 in flight (3 now), ...; set by the
+    spec", or over the spec's "...; an operator's, set by ada on ...; the spec says ..."."""
     parts = []
     if limits["max_in_flight"] is not None:
         parts.append(f"at most {limits['max_in_flight']} in flight ({limits['in_flight']} now)")
@@ -159,7 +179,10 @@ def _describe(limits: dict[str, Any]) -> str:
         )
     if limits.get("limit_per_key") is not None:
         parts.append(_per_key(limits))
-    return ", ".join(parts) + f"; set by the {limits['set_by']}"
+    words = ", ".join(parts) or "no limits"
+    if client_module.overrides_spec(limits):
+        return f"{words}; {client_module.override_in_words(limits)}"
+    return f"{words}; set by the {limits['set_by']}"
 
 
 def _per_key(limits: dict[str, Any]) -> str:
@@ -191,16 +214,34 @@ def _show(args: argparse.Namespace) -> int:
     if not rows:
         print("no step has limits" + (f" in {args.flow_slug}" if args.flow_slug else ""))
         return EXIT_OK
+    # The spec's limits show beside an operator's, when some step has an operator's.
+    overridden = any(client_module.overrides_spec(r) for r in rows)
     table(
         [
             (r["flow_slug"], r["step_slug"], r["queue_name"], r["max_in_flight"], r["in_flight"],
              None if r["rate_limit"] is None else f"{r['rate_limit']}/{r['rate_period_s']} s",
              None if r["rate_limit"] is None else r["window_starts"],
-             None if r.get("limit_per_key") is None else _per_key(r), r["set_by"])
+             None if r.get("limit_per_key") is None else _per_key(r), _set_by(r),
+             *([_spec(r)] if overridden else []))
             for r in rows
         ],
         ["flow", "step", "queue", "max in flight", "in flight", "rate", "starts in window",
-         "per key", "set by"],
+         "per key", "set by", *(["spec says"] if overridden else [])],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK
+
+
+def _set_by(limits: dict[str, Any]) -> str:
+    """ "spec", or "operator (ada, 2026-12-05 10:02 UTC)" for an operator's override."""
+    if not client_module.overrides_spec(limits):
+        return str(limits["set_by"])
+    at = limits["overridden_at"].astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"operator ({limits['overridden_by']}, {at})"
+
+
+def _spec(limits: dict[str, Any]) -> str | None:
+    """What the spec says under an operator's limits (None: no operator's)."""
+    if not client_module.overrides_spec(limits):
+        return None
+    return client_module.spec_limits_in_words(limits)

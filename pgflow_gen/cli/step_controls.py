@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.engine import operator_statements, statements
+from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.runtime import client as client_module
 
 Pauses = dict[tuple[str, str], dict[str, Any]]
@@ -24,7 +24,8 @@ Limits = dict[tuple[str, str], dict[str, Any]]
 def step_limits(conn: psycopg.Connection[dict[str, Any]]) -> Limits:
     """The limited steps by (flow, step), with their limits and use now, and the keyed ones
     with their keys."""
-    limits = {step_of(r): r for r in conn.execute(statements.STEP_LIMIT_USAGE, (None,))}
+    usage = statements.step_limit_usage(support.version(conn))
+    limits = {step_of(r): r for r in conn.execute(usage, (None,))}
     return client_module.with_concurrency(limits, conn.execute(statements.CONCURRENCY_USAGE))
 
 
@@ -35,7 +36,9 @@ def limits_json(limits: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         key: limits[key]
         for key in ("max_in_flight", "in_flight", "rate_limit", "rate_period_s",
-                    "window_starts", "set_by", *client_module.CONCURRENCY_FIELDS)
+                    "window_starts", "set_by", "spec_max_in_flight", "spec_rate_limit",
+                    "spec_rate_period_s", "overridden_at", "overridden_by",
+                    *client_module.CONCURRENCY_FIELDS)
         if key in limits
     }  # fmt: skip
 

@@ -63,7 +63,8 @@ class Route:
 
     @property
     def limits_text(self) -> str | None:
-        """The limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s"."""
+        """The limits and their use in a few words: "3/4 in flight, 42/100 starts per 60 s",
+        and whose they are when an operator's override the spec's."""
         return None if self.limits is None else limits_in_words(self.limits)
 
     @property
@@ -111,9 +112,10 @@ async def routes(conn: Connection) -> list[Route]:
         m["queue_name"]: m
         for m in await (await conn.execute(dashboard_statements.QUEUE_METRICS)).fetchall()
     }
+    step_limits = statements.step_limit_usage(await support.version_async(conn))
     limits = {
         (r["flow_slug"], r["step_slug"]): r
-        for r in await (await conn.execute(dashboard_statements.STEP_LIMITS)).fetchall()
+        for r in await (await conn.execute(step_limits, (None,))).fetchall()
     }
     usage = await (await conn.execute(statements.CONCURRENCY_USAGE)).fetchall()
     limits = with_concurrency(limits, usage)

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from pgflow_gen.dashboard import data
 from pgflow_gen.engine import dashboard_statements, support
+from pgflow_gen.runtime.client import overrides_spec
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ROUTE_LABELS = ("flow", "step", "queue")
@@ -148,6 +149,23 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "Tasks of a keyed step waiting for room under their key, without a message.",
         labels=ROUTE_LABELS,
     )
+    overridden = GaugeMetricFamily(
+        "pgflow_step_limits_overridden_since",
+        "When an operator's limits began to override the step's spec (Unix seconds; only"
+        " overridden steps, engine 0023).",
+        labels=ROUTE_LABELS,
+    )
+    spec_cap = GaugeMetricFamily(
+        "pgflow_step_spec_max_in_flight",
+        "The cap the step's spec sets, under an operator's override (only overridden steps).",
+        labels=ROUTE_LABELS,
+    )
+    spec_rate = GaugeMetricFamily(
+        "pgflow_step_spec_rate_limit",
+        "The rate limit the step's spec sets, under an operator's override (only overridden"
+        " steps).",
+        labels=[*ROUTE_LABELS, "period_seconds"],
+    )
     for route in snap.routes:
         limits = route.limits
         if limits is None:
@@ -163,7 +181,15 @@ def families(snap: Snapshot) -> Iterator[Metric]:
             per_key.add_metric(labels, limits["limit_per_key"])
             keys_waiting.add_metric(labels, limits["keys_waiting"])
             parked_tasks.add_metric(labels, limits["parked"])
+        if overrides_spec(limits):
+            overridden.add_metric(labels, limits["overridden_at"].timestamp())
+            if limits["spec_max_in_flight"] is not None:
+                spec_cap.add_metric(labels, limits["spec_max_in_flight"])
+            if limits["spec_rate_limit"] is not None:
+                period = str(limits["spec_rate_period_s"])
+                spec_rate.add_metric([*labels, period], limits["spec_rate_limit"])
     yield from (cap, in_flight, rate, window, per_key, keys_waiting, parked_tasks)
+    yield from (overridden, spec_cap, spec_rate)
 
     runs = GaugeMetricFamily(
         "pgflow_runs", "Runs in the tables by flow and status.", labels=["flow", "status"]

@@ -92,6 +92,11 @@ SET_STEP_LIMITS: Final[LiteralString] = (
     "select max_in_flight, rate_limit, rate_period_s, set_by"
     " from pgflow.set_step_limits(%s, %s, %s, %s, %s)"
 )
+#: (flow, step) -> the step's limits after the operator's override is gone: the spec's (all
+#: NULL when it sets none; engine 0023).
+RESET_STEP_LIMITS: Final[LiteralString] = (
+    "select max_in_flight, rate_limit, rate_period_s, set_by from pgflow.reset_step_limits(%s, %s)"
+)
 #: (flow, name) -> the schedule paused (engine 0017).
 PAUSE_SCHEDULE: Final[LiteralString] = "select * from pgflow.pause_schedule(%s, %s)"
 #: (flow, name) -> the schedule resumed: the slots of its pause passed over (engine 0017).

@@ -101,11 +101,6 @@ QUEUE_METRICS: Final[LiteralString] = (
     " lateral pgmq.metrics(used.queue_name) as m"
     " order by m.queue_name"
 )
-#: () -> every limited step with its limits and their use now (engine 0017).
-STEP_LIMITS: Final[LiteralString] = (
-    "select flow_slug, step_slug, max_in_flight, in_flight, rate_limit, rate_period_s,"
-    " window_starts from pgflow.step_limit_usage()"
-)
 #: () -> the liveness rule's "live within", in seconds.
 LIVE_WITHIN: Final[LiteralString] = (
     "select extract(epoch from (pgflow.worker_liveness()).live_within)::float8 as seconds"

@@ -101,6 +101,7 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "pause_schedule",
         "pause_step",
         "prune_data_older_than",
+        "reset_step_limits",
         "resume_schedule",
         "resume_step",
         "set_step_limits",

@@ -16,11 +16,29 @@ FLOW_INPUT_SCHEMA: Final[LiteralString] = (
 )
 #: Every compiled flow's slug, in order.
 FLOW_SLUGS: Final[LiteralString] = "select flow_slug from pgflow.flows order by flow_slug"
-#: (flow or NULL: every flow) -> each limited step with its limits, who set them, and their use
-#: now (engine 0017).
-STEP_LIMIT_USAGE: Final[LiteralString] = (
+
+
+def step_limit_usage(version: str) -> LiteralString:
+    """(flow or NULL: every flow) -> each limited step with its limits, who set them, and their
+    use now (engine 0017), the spec's limits under them and the operator's override, if one
+    stands (engine 0023; an engine of the window older than that has no overrides: NULLs)."""
+    return _STEP_LIMIT_USAGE if version >= "0023" else _STEP_LIMIT_USAGE_BEFORE_0023
+
+
+_STEP_LIMIT_COLUMNS: Final[LiteralString] = (
     "select flow_slug, step_slug, queue_name, max_in_flight, rate_limit, rate_period_s, set_by,"
-    " in_flight, window_starts, updated_at from pgflow.step_limit_usage(%s)"
+    " in_flight, window_starts, updated_at,"
+)
+_STEP_LIMIT_USAGE: Final[LiteralString] = (
+    _STEP_LIMIT_COLUMNS
+    + " spec_max_in_flight, spec_rate_limit, spec_rate_period_s, overridden_at, overridden_by"
+    " from pgflow.step_limit_usage(%s)"
+)
+#: _STEP_LIMIT_USAGE on engines 0020 to 0022. It goes when the window passes 0022.
+_STEP_LIMIT_USAGE_BEFORE_0023: Final[LiteralString] = (
+    _STEP_LIMIT_COLUMNS + " null::int as spec_max_in_flight, null::int as spec_rate_limit,"
+    " null::int as spec_rate_period_s, null::timestamptz as overridden_at,"
+    " null::text as overridden_by from pgflow.step_limit_usage(%s)"
 )
 #: () -> every keyed step with its key, limit per key, and keys in flight and waiting (0018).
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
@@ -32,16 +50,16 @@ def workers(version: str) -> LiteralString:
     deprecated or stopped by the engine's one liveness rule, pgflow.worker_states (engine 0022),
     by which pgflow.queue_coverage counts too; for an engine at `version`
     (`support.version(conn)`)."""
-    return _WORKERS if version >= "0022" else _WORKERS_0021
+    return _WORKERS if version >= "0022" else _WORKERS_BEFORE_0022
 
 
 _WORKERS: Final[LiteralString] = (
     "select * from pgflow.worker_states()"
     " where %s or stopped_at is null order by queue_name, started_at"
 )
-#: _WORKERS on engine 0021, the window's oldest, which has no worker_states: the same rule and
-#: columns written out (a test holds the two together). It goes when the window passes 0021.
-_WORKERS_0021: Final[LiteralString] = (
+#: _WORKERS on engines 0020 and 0021, which have no worker_states: the same rule and columns
+#: written out (a test holds the two together). It goes when the window passes 0021.
+_WORKERS_BEFORE_0022: Final[LiteralString] = (
     "select worker_id, function_name, flow_slug, step_slug, queue_name, started_at,"
     " last_heartbeat_at, stopped_at, deprecated_at,"
     " case when stopped_at is not null then 'stopped' "

@@ -1,20 +1,20 @@
 """The support window: the engine versions this release works with, read once per connection.
 
-A release runs on its own engine migration and the one before it, so workers, clients and the
-CLI of either release keep working while a deploy upgrades the engine (`pgflow-gen db migrate`)
-and then the processes; it has no fallbacks for older engines. A process that finds an engine
-older than the window, or none, stops with one line saying to migrate (`docs/operations/
-upgrading.md`, "The support window"). The version is the newest row of
+A release runs on its own engine migrations and the previous release's (OLDEST), so workers,
+clients and the CLI of either release keep working while a deploy upgrades the engine
+(`pgflow-gen db migrate`) and then the processes; it has no fallbacks for older engines. A
+process that finds an engine older than the window, or none, stops with one line saying to
+migrate (`docs/operations/upgrading.md`, "The support window"). The version is the newest row of
 `pgflow.schema_migrations`, which every migration writes (`pgflow-gen db migrate`, `db sql`).
 A statement that differs across the window is chosen by `version(conn)`, read once per
-connection (`engine/statements.py`, "workers").
+connection (`statements.workers`, `statements.step_limit_usage`).
 
->>> check("0022")
->>> check("0020")
+>>> check("0023")
+>>> check("0019")
 Traceback (most recent call last):
 ...
 pgflow_gen.errors.DatabaseError: The database has no pgflow engine (or an older one).
-DETAIL: Its engine is at migration 0020; this release works with migration 0021 and later.
+DETAIL: Its engine is at migration 0019; this release works with migration 0020 and later.
 HINT: Run `pgflow-gen db migrate` against this database first.
 """
 
@@ -31,12 +31,13 @@ from pgflow_gen import errors
 #: What to do about a database without this release's engine, wherever it is said.
 MIGRATE_HINT: Final = "Run `pgflow-gen db migrate` against this database first."
 
-#: The oldest engine migration this release works with: the previous release's.
-OLDEST: Final = "0021"
+#: The oldest engine migration this release works with: the previous release's. (This release
+#: brings 0021 to 0023.)
+OLDEST: Final = "0020"
 #: A function engine migration OLDEST added: how a role that may not read the migrations table
 #: (a worker whose grants an older release made) still tells OLDEST from an older engine. Later
 #: migrations keep its signature while a release that checks it is supported.
-OLDEST_MARKER: Final = "pgflow._cron_names(text, text, timestamptz)"
+OLDEST_MARKER: Final = "pgflow.cancelled_runs(uuid[])"
 
 #: () -> whether the migrations table exists, whether this role may read it, whether the engine
 #: has OLDEST_MARKER: catalog lookups any role may make, which never fail.

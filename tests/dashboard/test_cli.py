@@ -118,6 +118,12 @@ def test_metrics_say_what_the_engine_holds(
     db.compile("keyed", [{"slug": "work", "options": keyed}], options={})
     for tenant in ("a", "a", "a", "b", "b"):
         db.start("keyed", {"tenant": tenant})
+    spec = {"maxInFlight": 3, "rateLimit": 10, "ratePeriod": 60}
+    db.compile("specced", [{"slug": "call", "options": spec}], options={})
+    db.call("set_step_limits", "specced", "call", max_in_flight=1)  # an operator's override
+    overridden_at = db.value(
+        "select set_at from pgflow.step_limit_overrides where flow_slug = %s", "specced"
+    )
 
     code, out, err = run_cli(capsys, "metrics", "--database-url", db_url)
 
@@ -147,6 +153,14 @@ def test_metrics_say_what_the_engine_holds(
     assert samples[("pgflow_step_keys_waiting", work)] == 2
     assert samples[("pgflow_step_parked_by_key", work)] == 3
     assert ("pgflow_step_keys_waiting", first) not in samples  # only keyed steps
+    call = (("flow", "specced"), ("queue", "specced__call"), ("step", "call"))
+    assert samples[("pgflow_step_max_in_flight", call)] == 1
+    assert samples[("pgflow_step_spec_max_in_flight", call)] == 3
+    spec_rated = tuple(sorted((*call, ("period_seconds", "60"))))
+    assert samples[("pgflow_step_spec_rate_limit", spec_rated)] == 10
+    assert samples[("pgflow_step_limits_overridden_since", call)] == overridden_at.timestamp()
+    # An operator's limits on a step the spec does not limit override nothing.
+    assert ("pgflow_step_limits_overridden_since", first) not in samples
     assert samples[("pgflow_runs", (("flow", "stepped"), ("status", "started")))] == 3
     assert samples[("pgflow_stalled_tasks", first)] == 0
     # The test's worker registered without a flow (a label is never missing: it is empty).

@@ -4,6 +4,8 @@ traceback) for every wrong address."""
 
 from __future__ import annotations
 
+import datetime
+import html
 import json
 import re
 import uuid
@@ -157,6 +159,22 @@ def test_queues_and_workers_show_depth_coverage_and_state(dashboard: Dashboard, 
     workers = dashboard.get("/workers")
     assert 'data-state="live"' in workers.body
     assert "stepped__first" in workers.body
+
+
+def test_the_queues_page_shows_an_operators_limits_over_the_specs(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.compile("specced", [{"slug": "call", "options": {"maxInFlight": 3}}], options={})
+    db.call("set_step_limits", "specced", "call", max_in_flight=5)
+    override = db.one("select set_at, actor from pgflow.step_limit_overrides")
+    at = override["set_at"].astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    row = _row(dashboard.get("/queues").body, 'data-queue="specced__call"')
+    [limits] = re.findall(r'<td class="limits">(.*?)</td>', row, re.S)
+    assert html.unescape(limits.strip()) == (
+        f"0/5 in flight (an operator's, set by {override['actor']} on {at}; the spec says at"
+        " most 3 in flight)"
+    )
 
 
 def test_a_wrong_address_gets_a_page_that_says_what_is_wrong(dashboard: Dashboard) -> None:

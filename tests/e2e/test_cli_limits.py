@@ -45,10 +45,16 @@ def test_set_show_and_clear_a_steps_limits(
     ).fetchall() == [(4, None, None)]
 
     code, out, _ = run_cli(capsys, db_url, "limits", "--format", "json")
-    assert json.loads(out) == {"steps": [{
+    shown = json.loads(out)
+    limits = shown["steps"][0]["limits"]
+    assert limits.pop("overridden_at") is not None  # when and by whom (engine 0023)
+    assert limits.pop("overridden_by") == plain.value("select session_user")
+    assert shown == {"steps": [{
         "flow_slug": "e2ePlain", "step_slug": "shout", "queue_name": "e2eplain",
         "limits": {"max_in_flight": 4, "in_flight": 0, "rate_limit": None,
-                   "rate_period_s": None, "window_starts": 0, "set_by": "operator"},
+                   "rate_period_s": None, "window_starts": 0, "set_by": "operator",
+                   "spec_max_in_flight": None, "spec_rate_limit": None,
+                   "spec_rate_period_s": None},
     }]}  # fmt: skip
     code, out, _ = run_cli(capsys, db_url, "limits", "e2ePlain")
     header, _, row = out.splitlines()

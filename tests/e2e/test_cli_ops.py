@@ -296,7 +296,7 @@ def test_commands_on_an_engine_older_than_the_support_window_say_to_migrate(
         assert code == 1, command
         assert out.splitlines() == [
             "error: The database has no pgflow engine (or an older one).",
-            "DETAIL: Its engine is at migration 0019; this release works with migration 0021"
+            "DETAIL: Its engine is at migration 0019; this release works with migration 0020"
             " and later.",
             "HINT: Run `pgflow-gen db migrate` against this database first.",
         ], command

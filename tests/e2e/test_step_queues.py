@@ -232,7 +232,7 @@ def test_an_engine_older_than_the_worker_is_refused_before_registration(
     assert "Traceback" not in log
     assert "ERROR pgflow_gen.worker: DatabaseError: The database has no pgflow engine (or an" in log
     assert (
-        "Its engine is at migration 0019; this release works with migration 0021 and later." in log
+        "Its engine is at migration 0019; this release works with migration 0020 and later." in log
     )
     assert db.value("select count(*) from pgflow.workers") == 0
     assert db.value("select count(*) from pgflow.flows") == 0

@@ -78,7 +78,7 @@ def test_a_client_of_this_release_on_0009_is_refused_before_it_reads_or_cancels(
                 call()
             assert refused.value.message == "The database has no pgflow engine (or an older one)."
             assert refused.value.detail == (
-                "Its engine is at migration 0009; this release works with migration 0021 and later."
+                "Its engine is at migration 0009; this release works with migration 0020 and later."
             )
             assert refused.value.hint == "Run `pgflow-gen db migrate` against this database first."
     assert version_9.run(run_id)["status"] == "started"

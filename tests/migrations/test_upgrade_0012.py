@@ -55,6 +55,6 @@ def test_a_worker_of_this_release_on_0011_is_refused_before_it_claims(
             )
         )
     assert refused.value.detail == (
-        "Its engine is at migration 0011; this release works with migration 0021 and later."
+        "Its engine is at migration 0011; this release works with migration 0020 and later."
     )
     assert version_11.value("select count(*) from pgflow.flows") == 0

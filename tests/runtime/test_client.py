@@ -427,6 +427,14 @@ def test_set_step_limits_sets_reads_and_clears_a_steps_limits(
     assert client.step_limits() == []
 
 
+def test_reset_step_limits_gives_the_step_its_specs(client: Client) -> None:
+    client.set_step_limits(FLOW, "fullName", max_in_flight=2, rate_limit=5, rate_period_s=60)
+    assert client.reset_step_limits(FLOW, "fullName") is None  # the spec sets none
+    assert client.step_limits() == []
+    with pytest.raises(StepNotFoundError):
+        client.reset_step_limits(FLOW, "nope")
+
+
 @pytest.mark.parametrize(
     ("limits", "message"),
     [

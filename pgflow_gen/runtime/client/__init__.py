@@ -50,6 +50,9 @@ from pgflow_gen.runtime.client.models import (
     UnservedStep,
     WaitingSignal,
     limits_in_words,
+    override_in_words,
+    overrides_spec,
+    spec_limits_in_words,
     with_concurrency,
 )
 from pgflow_gen.runtime.client.run_inputs import validate_input
@@ -81,8 +84,11 @@ __all__ = [
     "WaitingSignal",
     "engine_error",
     "limits_in_words",
+    "override_in_words",
+    "overrides_spec",
     "read_failure",
     "signal_error",
+    "spec_limits_in_words",
     "validate_input",
     "with_concurrency",
 ]

@@ -60,6 +60,8 @@ class Client:
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self._closer: weakref.finalize[Any, Any] | None = None
         self._lock = threading.Lock()
+        #: The engine's version, read with the pool's first connection (engine/support.py).
+        self._version = support.OLDEST
 
     @functools.cached_property
     def url(self) -> str:
@@ -123,7 +125,7 @@ class Client:
             # connection first says at once what is wrong (a bad URL, a server that is down, an
             # engine outside the support window).
             with self.connect() as first:
-                support.require(first)
+                self._version = support.require(first)
             pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
                 psycopg_pool.ConnectionPool(
                     self.url,
@@ -385,8 +387,9 @@ class Client:
     ) -> StepLimits | None:
         """Set a step's limits for every worker, live: at most `max_in_flight` of its tasks
         started at once, at most `rate_limit` task starts in any `rate_period_s` seconds. None
-        clears a limit; the limits afterwards, None when all are cleared. A limit the flow's
-        spec sets comes back when its migration is applied again (docs/flow-control.md).
+        clears a limit; the limits afterwards, None when all are cleared. They override the
+        flow's spec, through worker starts and migrations, until `reset_step_limits`
+        (docs/flow-control.md).
 
         Raises InvalidStepLimitsError (a value below 1, a rate without its period, a signal
         step), FlowNotFoundError or StepNotFoundError, DatabaseError for anything else.
@@ -400,6 +403,20 @@ class Client:
             found = self._step_limits(conn, plain.slug)
         return next((limits for limits in found if limits.step_slug == step_slug), None)
 
+    def reset_step_limits(
+        self,
+        flow: Flow[StepSlugT, Any, Any] | StepQueuedFlow[StepSlugT, Any, Any],
+        step_slug: StepSlugT,
+    ) -> StepLimits | None:
+        """Give a step back the limits its flow's spec sets, removing an operator's (engine
+        0023): the limits afterwards, None when the spec sets none. Raises FlowNotFoundError or
+        StepNotFoundError, DatabaseError for anything else."""
+        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+        with self.connection() as conn:
+            operations.perform(conn, operations.reset_step_limits(plain.slug, step_slug))
+            found = self._step_limits(conn, plain.slug)
+        return next((limits for limits in found if limits.step_slug == step_slug), None)
+
     def step_limits(
         self, flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any] | None = None
     ) -> list[StepLimits]:
@@ -408,11 +425,13 @@ class Client:
         with self.connection() as conn:
             return self._step_limits(conn, None if plain is None else plain.slug)
 
-    @staticmethod
-    def _step_limits(conn: psycopg.Connection[Any], flow_slug: str | None) -> list[StepLimits]:
+    def _step_limits(
+        self, conn: psycopg.Connection[Any], flow_slug: str | None
+    ) -> list[StepLimits]:
+        usage = statements.step_limit_usage(self._version)
         with conn.cursor(row_factory=class_row(StepLimits)) as cur:
             try:
-                return cur.execute(statements.STEP_LIMIT_USAGE, (flow_slug,)).fetchall()
+                return cur.execute(usage, (flow_slug,)).fetchall()
             except psycopg.Error as exc:
                 raise engine_error(exc) from exc
 

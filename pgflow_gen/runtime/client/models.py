@@ -45,7 +45,9 @@ class StepPause:
 class StepLimits:
     """A step's limits (`Client.set_step_limits`, engine 0017) and their use now: tasks started
     against `max_in_flight`, task starts in the last `rate_period_s` seconds against
-    `rate_limit`. None: no such limit. `set_by` is "spec" or "operator"."""
+    `rate_limit`. None: no such limit. `set_by` is "spec" or "operator": an operator's limits
+    override the spec's (`spec_*`) from `overridden_at` until `Client.reset_step_limits`
+    (engine 0023)."""
 
     flow_slug: str
     step_slug: str
@@ -57,6 +59,11 @@ class StepLimits:
     in_flight: int
     window_starts: int
     updated_at: datetime.datetime
+    spec_max_in_flight: int | None = None
+    spec_rate_limit: int | None = None
+    spec_rate_period_s: int | None = None
+    overridden_at: datetime.datetime | None = None
+    overridden_by: str | None = None
 
     @property
     def in_words(self) -> str:
@@ -71,6 +78,9 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
     >>> limits_in_words({"max_in_flight": 4, "in_flight": 3, "rate_limit": 100,
     ...                  "rate_period_s": 60, "window_starts": 42})
     '3/4 in flight, 42/100 starts per 60 s'
+
+    An operator's limits over the spec's say so in brackets, and what the spec says under them
+    (`override_in_words`).
     """
     parts = []
     if limits["max_in_flight"] is not None:
@@ -91,7 +101,44 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
                 else ""
             )
         )
-    return ", ".join(parts)
+    words = ", ".join(parts)
+    if not overrides_spec(limits):
+        return words
+    return f"{words or 'no limits'} ({override_in_words(limits)})"
+
+
+def overrides_spec(limits: Mapping[str, Any]) -> bool:
+    """Whether an operator's limits stand over limits the step's spec sets (engine 0023). An
+    operator's limits on a step the spec does not limit override nothing: they are the
+    step's limits, "set by the operator", as before."""
+    return limits.get("overridden_at") is not None and (
+        limits.get("spec_max_in_flight") is not None or limits.get("spec_rate_limit") is not None
+    )
+
+
+def override_in_words(limits: Mapping[str, Any]) -> str:
+    """Whose limits a step's are when an operator overrides the spec's, and what the spec says.
+
+    >>> override_in_words({"overridden_at": datetime.datetime(2026, 12, 5, 10, 2,
+    ...                    tzinfo=datetime.UTC), "overridden_by": "ada", "spec_max_in_flight": 3})
+    "an operator's, set by ada on 2026-12-05 10:02 UTC; the spec says at most 3 in flight"
+    """
+    at = limits["overridden_at"].astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"an operator's, set by {limits['overridden_by']} on {at};"
+        f" the spec says {spec_limits_in_words(limits)}"
+    )
+
+
+def spec_limits_in_words(limits: Mapping[str, Any]) -> str:
+    """The limits a step's spec sets, under an operator's: "at most 3 in flight, 100 starts per
+    60 s" ("none": the spec sets none)."""
+    parts = []
+    if limits.get("spec_max_in_flight") is not None:
+        parts.append(f"at most {limits['spec_max_in_flight']} in flight")
+    if limits.get("spec_rate_limit") is not None:
+        parts.append(f"{limits['spec_rate_limit']} starts per {limits['spec_rate_period_s']} s")
+    return ", ".join(parts) or "none"
 
 
 #: What a step's limits hold when only its concurrency key limits it (engine 0018).

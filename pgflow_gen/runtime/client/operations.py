@@ -1,5 +1,5 @@
 """The operator's actions, each written once: cancel and retry a run, send a signal, pause and
-resume a step or a schedule, set a step's limits.
+resume a step or a schedule, set a step's limits or give it back the spec's.
 
 An action is a value (`Action`): the engine statement, its parameters, how its row reads as a
 typed result, and how what the engine refuses reads as a typed error. `perform` runs one on a
@@ -143,6 +143,12 @@ def set_step_limits(
         lambda row: None,
         _limits_refusal,
     )
+
+
+def reset_step_limits(flow_slug: str, step_slug: str) -> Action[None]:
+    """Remove an operator's limits from a step: the spec's apply again (engine 0023).
+    FlowNotFoundError, StepNotFoundError."""
+    return Action(client_statements.RESET_STEP_LIMITS, (flow_slug, step_slug), lambda row: None)
 
 
 def pause_schedule(flow_slug: str, name: str) -> Action[Row]:

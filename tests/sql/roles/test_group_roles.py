@@ -101,6 +101,7 @@ def test_a_worker_reads_no_table_and_changes_no_flow(engine: Engine, logins: Log
     refused(worker, "select pgflow.delete_flow_and_data('chain')")
     refused(worker, "select pgflow.prune_data_older_than(interval '0 seconds')")
     refused(worker, "select pgflow.set_step_limits('chain', 'first', 1)")
+    refused(worker, "select pgflow.reset_step_limits('chain', 'first')")
     refused(worker, "select pgflow.start_flow('chain', '{}')")
     refused(worker, "select * from pgmq.read('chain', 30, 10)")
     assert engine.value("select count(*) from pgflow.flows") == 1
@@ -118,6 +119,7 @@ def test_a_client_starts_and_reads_runs_but_cannot_claim(engine: Engine, logins:
     refused(client, "select pgflow.register_worker(%s, 'chain', 'w')", WORKER)
     refused(client, "update pgflow.runs set status = 'completed'")
     refused(client, "delete from pgflow.runs")
+    refused(client, "select pgflow.reset_step_limits('chain', 'first')")  # an operator's
     client.execute("select run_id from pgflow.cancel_run(%s, 'no longer needed')", (row[0],))
     assert engine.run(row[0])["status"] == "cancelled"
     # The audit trail is the engine's to write (engine 0020): the cancel is in it, as the client.
@@ -159,6 +161,7 @@ def test_an_admin_compiles_limits_and_deletes_flows(engine: Engine, logins: Logi
     assert row is not None
     assert row[0]["status"] == "compiled"
     admin.execute("select pgflow.set_step_limits('chain', 'first', 2)")
+    admin.execute("select pgflow.reset_step_limits('chain', 'first')")
     admin.execute("select pgflow.pause_step('chain', 'second', 'maintenance')")
     admin.execute("select run_id from pgflow.start_flow('chain', '{}')")  # a client's too
     refused(admin, "select * from pgflow.read_and_claim('chain', 'chain', %s, 10, 30)", WORKER)

@@ -1,7 +1,7 @@
 """Step limits (engine 0017): set_step_limits checks what it is given; a claim starts no more
 tasks of a limited step than max_in_flight and rate_limit allow, across claims, and what it
-leaves uses no attempt; the spec's limits apply with the flow's options; step_limit_usage reports
-their use."""
+leaves uses no attempt; the spec's limits apply with the flow's options, and an operator's stay
+over them until reset_step_limits (engine 0023); step_limit_usage reports both and their use."""
 
 from __future__ import annotations
 
@@ -270,7 +270,7 @@ def test_both_limits_take_the_smaller_room(capped: Engine) -> None:
     assert len(read_and_claim(capped)[0]) == 3
     limits(capped, max_in_flight=3, rate_limit=4, rate_period_s=60)
     assert read_and_claim(capped)[0] == []
-    assert usage(capped) | {"updated_at": None} == {
+    assert usage(capped) | {"updated_at": None, "overridden_at": None} == {
         "flow_slug": "capped",
         "step_slug": "call",
         "queue_name": QUEUE,
@@ -281,6 +281,11 @@ def test_both_limits_take_the_smaller_room(capped: Engine) -> None:
         "in_flight": 3,
         "window_starts": 3,
         "updated_at": None,
+        "spec_max_in_flight": None,  # the spec sets none: the operator's override them
+        "spec_rate_limit": None,
+        "spec_rate_period_s": None,
+        "overridden_at": None,
+        "overridden_by": capped.value("select session_user"),
     }
 
 
@@ -376,19 +381,112 @@ def test_the_spec_sets_changes_and_drops_its_limits(engine: Engine) -> None:
     assert spec_limits(engine) == {}
 
 
-def test_an_operators_limit_survives_the_spec_unless_the_spec_limits_that_step(
-    engine: Engine,
-) -> None:
+def usage_of(engine: Engine, step: str) -> dict[str, Any]:
+    [row] = engine.all(
+        "select * from pgflow.step_limit_usage('specced') where step_slug = %s", step
+    )
+    return row
+
+
+def test_an_operators_limits_stay_over_the_spec_until_reset(engine: Engine) -> None:
     spec(engine, {"maxInFlight": 4})
     engine.call("set_step_limits", "specced", "store", max_in_flight=1)
     engine.call("set_step_limits", "specced", "call", max_in_flight=1)
 
-    spec(engine, {"maxInFlight": 4})
-
+    assert spec(engine, {"maxInFlight": 4}).get("optionsUpdated") is None  # a worker's start
     assert spec_limits(engine) == {
-        "call": (4, None, None, "spec"),
+        "call": (1, None, None, "operator"),
         "store": (1, None, None, "operator"),
     }
+    call = usage_of(engine, "call")
+    assert (call["spec_max_in_flight"], call["overridden_by"]) == (4, engine.value(
+        "select session_user"))  # fmt: skip
+    assert usage_of(engine, "store")["spec_max_in_flight"] is None
+
+    [reset] = engine.call("reset_step_limits", "specced", "call")
+    assert (reset["max_in_flight"], reset["set_by"]) == (4, "spec")
+    [cleared] = engine.call("reset_step_limits", "specced", "store")
+    assert cleared["flow_slug"] is None  # the spec limits it not: no limits
+    assert spec_limits(engine) == {"call": (4, None, None, "spec")}
+    assert engine.value("select count(*) from pgflow.step_limit_overrides") == 0
+
+
+def test_a_spec_change_under_an_override_says_which_value_stays(engine: Engine) -> None:
+    spec(engine, {"maxInFlight": 4})
+    engine.call("set_step_limits", "specced", "call", max_in_flight=9)
+
+    result = spec(engine, {"maxInFlight": 6})
+
+    assert result["optionsUpdated"] == [
+        {"step": "call", "option": "maxInFlight", "from": 4, "to": 6, "override": 9},
+    ]
+    assert result["summary"] == (
+        'verified; options updated: step "call" maxInFlight 4 -> 6 (an operator\'s 9 stays'
+        " until `pgflow-gen limits specced call --reset`)"
+    )
+    assert spec_limits(engine) == {"call": (9, None, None, "operator")}
+    assert usage_of(engine, "call")["spec_max_in_flight"] == 6
+    engine.call("reset_step_limits", "specced", "call")
+    assert spec_limits(engine) == {"call": (6, None, None, "spec")}
+
+
+def test_an_operator_who_lifts_the_spec_limits_keeps_them_lifted(engine: Engine) -> None:
+    spec(engine, {"maxInFlight": 4, "rateLimit": 10, "ratePeriod": 60})
+    [cleared] = engine.call("set_step_limits", "specced", "call")
+    assert cleared["flow_slug"] is None
+
+    spec(engine, {"maxInFlight": 4, "rateLimit": 10, "ratePeriod": 60})
+
+    assert spec_limits(engine) == {}  # no limits apply
+    lifted = usage_of(engine, "call")  # but the step is listed: an override stands
+    assert (lifted["max_in_flight"], lifted["rate_limit"], lifted["set_by"]) == (
+        None, None, "operator")  # fmt: skip
+    assert (lifted["spec_max_in_flight"], lifted["spec_rate_limit"]) == (4, 10)
+    engine.call("reset_step_limits", "specced", "call")
+    assert spec_limits(engine) == {"call": (4, 10, 60, "spec")}
+
+
+def test_no_limits_over_a_spec_without_limits_is_no_override(engine: Engine) -> None:
+    spec(engine, None)
+    engine.call("set_step_limits", "specced", "call", max_in_flight=2)
+    engine.call("set_step_limits", "specced", "call")
+    assert engine.value("select count(*) from pgflow.step_limit_overrides") == 0
+    assert engine.all("select * from pgflow.step_limit_usage('specced')") == []
+
+
+def test_an_override_and_its_reset_are_recorded_with_who_and_what(engine: Engine) -> None:
+    spec(engine, {"maxInFlight": 4})
+    engine.conn.execute("set pgflow.action_label = 'pgflow-gen (ada@ops)'")
+    engine.call("set_step_limits", "specced", "call", max_in_flight=2)
+    override = engine.one("select * from pgflow.step_limit_overrides")
+    assert (override["max_in_flight"], override["label"]) == (2, "pgflow-gen (ada@ops)")
+
+    engine.call("reset_step_limits", "specced", "call")
+    engine.call("reset_step_limits", "specced", "call")  # nothing left to reset: recorded too
+    actions = engine.all(
+        "select action, detail, label from pgflow.operator_actions order by action_id"
+    )
+    assert [(a["action"], a["detail"].get("removed")) for a in actions] == [
+        ("limits", None),
+        ("reset_limits", {"max_in_flight": 2, "rate_limit": None, "rate_period_s": None}),
+        ("reset_limits", None),
+    ]
+    assert {a["label"] for a in actions} == {"pgflow-gen (ada@ops)"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nope", "call"), 'Flow "nope" does not exist.'),
+        (("specced", "Call"), 'Flow "specced" has no step "Call".'),
+    ],
+)
+def test_resetting_an_unknown_step_raises(
+    engine: Engine, args: tuple[str, str], message: str
+) -> None:
+    spec(engine, {"maxInFlight": 4})
+    with pytest.raises(psycopg.errors.NoDataFound, match=message):
+        engine.call("reset_step_limits", *args)
 
 
 def test_deleting_the_flow_deletes_its_limits(capped: Engine) -> None:

@@ -71,7 +71,7 @@ def test_queue_coverage_counts_live_workers_by_the_rule(engine: Engine) -> None:
     assert engine.value(covered) is True
 
 
-@pytest.mark.parametrize("workers", [statements.workers("0022"), statements.workers("0021")])
+@pytest.mark.parametrize("workers", [statements.workers("0022"), statements.workers("0020")])
 @pytest.mark.parametrize("age_s", [14.9, 15.0, 15.1])
 def test_workers_and_coverage_read_one_rule_even_at_its_edge(
     engine: Engine, age_s: float, workers: str

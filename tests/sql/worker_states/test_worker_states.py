@@ -71,7 +71,7 @@ def test_coverage_counts_exactly_the_live_ones(engine: Engine) -> None:
     }
 
 
-@pytest.mark.parametrize("statement", [statements.workers("0022"), statements.workers("0021")])
+@pytest.mark.parametrize("statement", [statements.workers("0022"), statements.workers("0020")])
 def test_the_workers_statement_on_either_engine_of_the_window_reads_the_same(
     engine: Engine, statement: str
 ) -> None:

@@ -26,6 +26,11 @@ create table pgflow.steps (
   -- input whose value keys each task, and how many tasks of one key may hold a message at once.
   opt_concurrency_key text,
   opt_concurrency_limit int,
+  -- The spec's limits of the step (engine 0023; null: none): what pgflow.step_limits holds unless
+  -- an operator overrides them (pgflow.step_limit_overrides).
+  opt_max_in_flight int,
+  opt_rate_limit int,
+  opt_rate_period int,
   primary key (flow_slug, step_slug),
   constraint steps_step_index_is_unique unique (flow_slug, step_index),
   constraint step_slug_is_valid check (pgflow.is_valid_slug(step_slug)),
@@ -53,6 +58,10 @@ create table pgflow.steps (
   ),
   constraint payload_schema_is_a_signal_schema check (
     payload_schema is null or (step_type = 'signal' and jsonb_typeof(payload_schema) = 'object')
+  ),
+  constraint opt_limits_are_whole check (
+    coalesce(opt_max_in_flight, 1) >= 1 and coalesce(opt_rate_limit, 1) >= 1
+    and coalesce(opt_rate_period, 1) >= 1 and (opt_rate_limit is null) = (opt_rate_period is null)
   )
 );
 

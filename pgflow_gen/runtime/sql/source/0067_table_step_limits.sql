@@ -1,10 +1,11 @@
 -- Flow control (engine 0017): a step's limits, enforced when tasks are claimed, across every
 -- worker and every claim. max_in_flight caps the step's tasks started at once; rate_limit caps its
 -- task starts in any rate_period_s seconds (each attempt of a task, and each element of a map,
--- is a start). A null limit is no limit; a step without a row has none. set_by says who set them:
--- the flow's spec (a generated migration applies them, and clears them again when the spec drops
--- them) or an operator (pgflow.set_step_limits; kept until an operator changes them, unless the
--- spec limits the step itself). Claims lock the row, so the claims of a limited step take turns.
+-- is a start). A null limit is no limit; a step without a row has none. set_by says whose they
+-- are: the flow's spec (the steps' opt_max_in_flight, opt_rate_limit and opt_rate_period, which a
+-- worker's start or a generated migration keeps in step with the spec) or an operator
+-- (pgflow.set_step_limits: since engine 0023 an override, pgflow.step_limit_overrides, kept until
+-- pgflow.reset_step_limits). Claims lock the row, so the claims of a limited step take turns.
 create table pgflow.step_limits (
   flow_slug text not null,
   step_slug text not null,

@@ -69,11 +69,17 @@ begin
     return jsonb_build_object('status', 'verified', 'mismatchKind', null, 'differences', '[]'::jsonb,
       'optionsUpdated', v_options,
       'summary', 'verified; options updated: ' || (
-        select string_agg(format('%s %s %s -> %s',
+        select string_agg(format('%s %s %s -> %s%s',
             case when c ->> 'step' is null then 'flow' else format('step "%s"', c ->> 'step') end,
-            c ->> 'option', coalesce(c ->> 'from', 'the flow''s'), coalesce(c ->> 'to', 'the flow''s')),
+            c ->> 'option', coalesce(c ->> 'from', n.unset), coalesce(c ->> 'to', n.unset),
+            case when c ? 'override' then format(' (an operator''s %s stays until `pgflow-gen limits %s %s --reset`)',
+              coalesce(c ->> 'override', 'none'), flow_slug, c ->> 'step') else '' end),
           ', ' order by o)
-        from jsonb_array_elements(v_options) with ordinality as x (c, o)
+        from jsonb_array_elements(v_options) with ordinality as x (c, o),
+          -- An unset option is the flow's; an unset limit or key is none.
+          lateral (select case when c ->> 'step' is not null and c ->> 'option' in ('maxInFlight',
+            'rateLimit', 'ratePeriod', 'concurrencyKey', 'concurrencyLimit') then 'none'
+            else 'the flow''s' end) as n (unset)
       ));
   end if;
 

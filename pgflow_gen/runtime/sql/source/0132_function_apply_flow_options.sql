@@ -4,9 +4,10 @@
 -- the steps' neither; otherwise a step without an option inherits the flow's. Returns the changes, [{"step": null | slug, "option",
 -- "from", "to"}] (null: the flow's default), and notifies them on the channel pgflow_flows. Tasks
 -- claimed before keep the timeout of their claim. Since engine 0017 a step's options may hold its
--- limits (maxInFlight, rateLimit, ratePeriod; pgflow.step_limits): a step that has some gets
--- exactly those (set by the spec), a step without loses the ones a spec set before, and keeps
--- the ones an operator set. Since engine 0018 a step's options may hold its concurrency key
+-- limits (maxInFlight, rateLimit, ratePeriod): since engine 0023 they are the step's baseline
+-- (opt_max_in_flight, opt_rate_limit, opt_rate_period) and pgflow.step_limits takes them unless an
+-- operator's override stands (pgflow.step_limit_overrides), which stays; a change under one
+-- carries "override", the override's value. Since engine 0018 a step's options may hold its concurrency key
 -- (concurrencyKey, a JSON path into the run's input, and concurrencyLimit, the tasks of one key
 -- that may hold a message at once): new tasks take them; tasks parked before keep their key and
 -- take the new limit. Called by _adopt_flow_description under the flow's definition lock.
@@ -26,7 +27,8 @@ begin
 
   with wanted as (
     -- The flow's options (an option the shape leaves out stays as it is), then every step's.
-    select null::text as step_slug, -1 as step_index, o.option, o.ord, o.current, coalesce(o.wanted, o.current) as wanted
+    select null::text as step_slug, -1 as step_index, o.option, o.ord, o.current, coalesce(o.wanted, o.current) as wanted,
+      null::jsonb as extra
     from pgflow.flows as f,
       unnest(
         array['maxAttempts', 'baseDelay', 'timeout'],
@@ -35,7 +37,7 @@ begin
       ) with ordinality as o (option, current, wanted, ord)
     where f.flow_slug = _apply_flow_options.flow_slug
     union all
-    select s.step_slug, s.step_index, o.option, o.ord, o.current, o.wanted
+    select s.step_slug, s.step_index, o.option, o.ord, o.current, o.wanted, null::jsonb
     from jsonb_array_elements(shape -> 'steps') as e (step)
     join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug',
       unnest(
@@ -46,26 +48,24 @@ begin
       ) with ordinality as o (option, current, wanted, ord)
   ),
   limited as (
-    -- Limits: the spec's where it sets some, none where it sets none over a spec's, else as they are.
-    select s.step_slug, s.step_index, o.option, 4 + o.ord as ord, o.current,
-      case
-        when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then o.declared
-        when l.set_by = 'spec' then null
-        else o.current
-      end as wanted
+    -- Limits: the spec's baseline is exactly what it declares (none where it declares none); an
+    -- operator's override stays over it, and the change says which value it keeps.
+    select s.step_slug, s.step_index, o.option, 4 + o.ord as ord, o.current, o.declared as wanted,
+      case when v.flow_slug is not null then jsonb_build_object('override', o.overriding) end as extra
     from jsonb_array_elements(shape -> 'steps') as e (step)
     join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug'
-    left join pgflow.step_limits as l on l.flow_slug = s.flow_slug and l.step_slug = s.step_slug,
+    left join pgflow.step_limit_overrides as v on v.flow_slug = s.flow_slug and v.step_slug = s.step_slug,
       unnest(
         array['maxInFlight', 'rateLimit', 'ratePeriod'],
-        array[l.max_in_flight, l.rate_limit, l.rate_period_s],
+        array[s.opt_max_in_flight, s.opt_rate_limit, s.opt_rate_period],
         array[(e.step #>> '{options,maxInFlight}')::int, (e.step #>> '{options,rateLimit}')::int,
-              (e.step #>> '{options,ratePeriod}')::int]
-      ) with ordinality as o (option, current, declared, ord)
+              (e.step #>> '{options,ratePeriod}')::int],
+        array[v.max_in_flight, v.rate_limit, v.rate_period_s]
+      ) with ordinality as o (option, current, declared, overriding, ord)
   ),
   keyed as (
     -- A step's concurrency key and its limit per key (engine 0018): the spec's, or none.
-    select s.step_slug, s.step_index, o.option, 7 + o.ord as ord, o.current, o.wanted
+    select s.step_slug, s.step_index, o.option, 7 + o.ord as ord, o.current, o.wanted, null::jsonb
     from jsonb_array_elements(shape -> 'steps') as e (step)
     join pgflow.steps as s on s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug',
       unnest(
@@ -76,24 +76,20 @@ begin
       ) with ordinality as o (option, current, wanted, ord)
   )
   select jsonb_agg(jsonb_build_object('step', w.step_slug, 'option', w.option, 'from', w.current, 'to', w.wanted)
-      order by w.step_index, w.ord)
+      || coalesce(w.extra, '{}'::jsonb) order by w.step_index, w.ord)
   into v_changes
   from (
     select w.step_slug, w.step_index, w.option, w.ord, to_jsonb(w.current) as current,
-      to_jsonb(w.wanted) as wanted
+      to_jsonb(w.wanted) as wanted, w.extra
     from wanted as w
     union all
-    select l.step_slug, l.step_index, l.option, l.ord, to_jsonb(l.current), to_jsonb(l.wanted) from limited as l
+    select l.step_slug, l.step_index, l.option, l.ord, to_jsonb(l.current), to_jsonb(l.wanted), l.extra
+    from limited as l
     union all
     select * from keyed
   ) as w
   where w.current is distinct from w.wanted;
 
-  -- A spec that limits a step owns its limits, even when they are the ones an operator set.
-  update pgflow.step_limits as l set set_by = 'spec'
-  from jsonb_array_elements(shape -> 'steps') as e (step)
-  where l.flow_slug = _apply_flow_options.flow_slug and l.step_slug = e.step ->> 'slug'
-    and e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] and l.set_by <> 'spec';
   if v_changes is null then
     return '[]'::jsonb;
   end if;
@@ -109,7 +105,10 @@ begin
     opt_timeout = (e.step #>> '{options,timeout}')::int,
     opt_start_delay = (e.step #>> '{options,startDelay}')::int,
     opt_concurrency_key = e.step #>> '{options,concurrencyKey}',
-    opt_concurrency_limit = (e.step #>> '{options,concurrencyLimit}')::int
+    opt_concurrency_limit = (e.step #>> '{options,concurrencyLimit}')::int,
+    opt_max_in_flight = (e.step #>> '{options,maxInFlight}')::int,
+    opt_rate_limit = (e.step #>> '{options,rateLimit}')::int,
+    opt_rate_period = (e.step #>> '{options,ratePeriod}')::int
   from jsonb_array_elements(shape -> 'steps') as e (step)
   where s.flow_slug = _apply_flow_options.flow_slug and s.step_slug = e.step ->> 'slug';
   -- The keys of a step whose limit per key changed are settled anew when this commits: their
@@ -124,14 +123,16 @@ begin
   if found then
     perform set_config('pgflow.concurrency_events', 'pending', true);
   end if;
-  perform pgflow._put_step_limits(flow_slug, c.step,
-    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,maxInFlight}')::int end,
-    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,rateLimit}')::int end,
-    case when e.step -> 'options' ?| array['maxInFlight', 'rateLimit', 'ratePeriod'] then (e.step #>> '{options,ratePeriod}')::int end,
-    'spec')
-  from (select distinct x ->> 'step' as slug from jsonb_array_elements(v_changes) as x
-        where x ->> 'option' in ('maxInFlight', 'rateLimit', 'ratePeriod')) as c (step)
-  join jsonb_array_elements(shape -> 'steps') as e (step) on e.step ->> 'slug' = c.step;
+  -- The steps' rows are locked by the update above: set_step_limits waits, so the override
+  -- seen here is the one that stands.
+  perform pgflow._put_step_limits(s.flow_slug, s.step_slug, s.opt_max_in_flight, s.opt_rate_limit,
+    s.opt_rate_period, 'spec')
+  from pgflow.steps as s
+  where s.flow_slug = _apply_flow_options.flow_slug
+    and s.step_slug in (select x ->> 'step' from jsonb_array_elements(v_changes) as x
+                        where x ->> 'option' in ('maxInFlight', 'rateLimit', 'ratePeriod'))
+    and not exists (select 1 from pgflow.step_limit_overrides as v
+                    where v.flow_slug = s.flow_slug and v.step_slug = s.step_slug);
 
   perform pg_notify('pgflow_flows', jsonb_build_object(
     'event', 'flow:options_updated', 'flow_slug', flow_slug, 'changes', v_changes

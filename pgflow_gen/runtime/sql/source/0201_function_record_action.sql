@@ -2,7 +2,7 @@
 -- own function and transaction: the login role (session_user) as the actor, the server's clock,
 -- and the caller's own label (the setting pgflow.action_label, at most 200 characters; null when
 -- unset) apart. Called by cancel_run, retry_run, send_signal, pause_step, resume_step,
--- set_step_limits, pause_schedule and resume_schedule.
+-- set_step_limits, reset_step_limits, pause_schedule and resume_schedule.
 create function pgflow._record_action(
   action text, flow_slug text, run_id uuid, step_slug text, detail jsonb
 )
