@@ -183,9 +183,15 @@ def _status(args: argparse.Namespace) -> int:
     if failed:
         print("\nlast errors:")
     for s in failed:
+        # A task that completed later recovered from the error: say on which attempt.
+        outcome = (
+            f"then completed on attempt {s['error_attempt'] + 1}"
+            if s["task_status"] == "completed"
+            else s["task_status"]
+        )
         print(
             f'  step "{s["step_slug"]}" task {s["task_index"]}, attempt {s["error_attempt"]}'
-            f" ({s['task_status']}): {_first_line(s['error_message'])}"
+            f" ({outcome}): {_first_line(s['error_message'])}"
         )
         details = s["error_message"].split("\n", 1)[1:]
         for line in "".join(details).strip("\n").splitlines():

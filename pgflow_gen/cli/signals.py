@@ -61,6 +61,16 @@ def _signal(args: argparse.Namespace) -> int:
             )
         except refusals.InvalidSignalPayloadError as error:
             raise UsageError(error.message, detail=error.detail, hint=error.hint) from error
+        except refusals.SignalRefusedError as error:
+            if run["status"] != "failed":
+                raise
+            # The engine's hint names its SQL function; here the command says what to run.
+            raise refusals.SignalRefusedError(
+                error.message,
+                detail=error.detail,
+                hint=f"Nothing was changed. Retry the run first (`pgflow-gen retry"
+                f" {args.run_id}`), then send the signal.",
+            ) from error
     if args.format == "json":
         print_json({key: getattr(sent, key) for key in JSON_KEYS})
     elif sent.used_at is not None:

@@ -308,10 +308,12 @@ class StepView:
     error_message: str | None
     error_at: datetime.datetime | None
     paused: bool = False
+    #: Whether the run is still started: a step of a finished run waits for nothing.
+    run_active: bool = True
 
     @property
     def waiting_for_signal(self) -> bool:
-        return self.step_type == "signal" and self.status == "started"
+        return self.run_active and self.step_type == "signal" and self.status == "started"
 
     @property
     def state(self) -> str:
@@ -381,7 +383,7 @@ async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
     details = await conn.execute(dashboard_statements.RUN_STEP_DETAILS, (run_id,))
     steps = [
         StepView(**{**row, "dependencies": tuple(row["dependencies"])},
-                 paused=row["step_slug"] in pauses)
+                 paused=row["step_slug"] in pauses, run_active=run["status"] == ACTIVE)
         for row in await details.fetchall()
     ]  # fmt: skip
     signals = await (await conn.execute(dashboard_statements.RUN_SIGNALS, (run_id,))).fetchall()

@@ -33,13 +33,17 @@ RUN_ROW: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: signal step's type, and when it waits: since when and until when (NULL: for ever).
 RUN_STEP_STATUS: Final[LiteralString] = (
     "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks, s.step_type,"
-    " case when s.step_type = 'signal' and ss.status = 'started' then ss.started_at end"
-    "   as waiting_since,"
-    " case when s.step_type = 'signal' and ss.status = 'started'"
+    # A signal step waits while its run is started: a failed or cancelled run waits for nothing.
+    " case when s.step_type = 'signal' and ss.status = 'started' and r.status = 'started'"
+    "   then ss.started_at end as waiting_since,"
+    " case when s.step_type = 'signal' and ss.status = 'started' and r.status = 'started'"
     "   then ss.started_at + make_interval(secs => s.opt_timeout) end as waiting_until,"
-    " coalesce(ss.error_message, ss.skip_reason, e.error_message) as note,"
+    # A completed step's note is not an error it recovered from (the last errors show that).
+    " coalesce(ss.error_message, ss.skip_reason,"
+    "   case when ss.status <> 'completed' then e.error_message end) as note,"
     " a.attempts, e.task_index, e.error_attempt, e.status as task_status, e.error_message"
     " from pgflow.step_states as ss"
+    " join pgflow.runs as r on r.run_id = ss.run_id"
     " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
     " left join lateral ("
     "   select max(t.attempts_count) as attempts from pgflow.step_tasks as t"

@@ -197,3 +197,16 @@ def test_send_a_signal_with_a_payload(operator: Dashboard, db: Db) -> None:
         "step_slug": "answer",
         "detail": {"payload": {"ok": True}},
     }
+
+
+def test_a_failed_run_offers_no_signal(operator: Dashboard, db: Db) -> None:
+    # Its signal step was waiting when another step failed the run: nothing waits any more.
+    db.flow("gated", {"slug": "answer", "step_type": "signal"}, {"slug": "charge"},
+            max_attempts=1)  # fmt: skip
+    run_id = db.start("gated")
+    [task] = db.poll("gated")
+    db.fail(task, "RuntimeError: card declined")
+    assert db.run(run_id)["status"] == "failed"
+    page = operator.get(f"/runs/{run_id}", cookie=sign_in(operator))
+    assert "waiting for a signal" not in page.body
+    assert f'action="/runs/{run_id}/signal"' not in page.body

@@ -324,6 +324,49 @@ def test_status_names_the_attempt_each_last_error_came_from(
     }  # fmt: skip
 
 
+def test_status_of_a_run_that_recovered_says_so_and_offers_no_signal(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run whose step failed while its signal step waited: it failed, and waits for nothing.
+    db.flow("gated", {"slug": "approval", "step_type": "signal"}, {"slug": "charge"},
+            max_attempts=1, base_delay=0)  # fmt: skip
+    run_id = db.start("gated")
+    [charge] = db.poll("gated")
+    db.fail(charge, "RuntimeError: card declined")
+    assert db.run(run_id)["status"] == "failed"
+    code, out = run_cli(capsys, db_url, "status", str(run_id))
+    assert code == 0
+    assert "status:  failed\n" in out
+    assert "waiting for a signal" not in out
+    assert "pgflow-gen signal" not in out
+    code, status = json_of(capsys, db_url, "status", str(run_id), "--format", "json")
+    assert status["waiting_for_signals"] == []
+    # A signal to it is refused with the command that helps, not an SQL function.
+    code = cli.main(["signal", str(run_id), "approval", "--payload", "true",
+                     "--database-url", db_url])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"HINT: Nothing was changed. Retry the run first (`pgflow-gen retry {run_id}`), then"
+        " send the signal."
+    )
+    assert "pgflow.retry_run" not in err
+
+    # Retried, it completes: the error it recovered from says so, and no step's note repeats it.
+    db.call("retry_run", run_id)
+    [charge] = db.poll("gated")
+    db.complete(charge, {"paid": True})
+    db.call("send_signal", run_id, "approval", {"ok": True})
+    assert db.run(run_id)["status"] == "completed"
+    code, out = run_cli(capsys, db_url, "status", str(run_id))
+    [charge_line] = [line for line in out.splitlines() if line.startswith("charge ")]
+    assert "card declined" not in charge_line
+    assert out.split("last errors:\n", 1)[1].splitlines()[0] == (
+        '  step "charge" task 0, attempt 1 (then completed on attempt 2): RuntimeError: card'
+        " declined"
+    )
+
+
 def test_ctrl_c_during_start_wait_says_the_run_goes_on_and_how_to_follow_it(
     db: Db, db_url: str
 ) -> None:
