@@ -3,6 +3,8 @@ message still queued for them), archived messages and silent workers older than 
 `pgflow.prune_data_older_than` in batches (engine 0015), one short transaction each, with a
 progress line on a terminal. It says what it will delete and asks first; `--yes` skips the
 question (for a scheduler), and without a terminal to ask on it refuses rather than guess.
+`--dry-run` says what would go, by flow and status, and deletes nothing; answering no prunes
+nothing and is no error.
 
 An interrupted prune keeps what its finished batches deleted; running it again goes on.
 """
@@ -15,10 +17,12 @@ import sys
 import time
 from typing import Any, TextIO
 
+import psycopg
+
 from pgflow_gen.cli import connecting, control, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
-from pgflow_gen.cli.output import print_json
+from pgflow_gen.cli.output import print_json, table
 from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
 
@@ -49,6 +53,11 @@ def register(commands: cli_parser.Commands) -> None:
         help="runs (and archived messages per queue) deleted per transaction",
     )
     prune.add_argument("--yes", action="store_true", help="prune without asking first")
+    prune.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say which finished runs would go, by flow and status, and delete nothing",
+    )
     prune.set_defaults(handler=_prune)
 
 
@@ -56,10 +65,13 @@ def _prune(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise UsageError("--batch must be at least 1.", hint=f"The default is {DEFAULT_BATCH:,}.")
     with connecting.connect(args) as conn:
+        if args.dry_run:
+            return _dry_run(args, conn)
         found = conn.execute(operator_statements.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
         assert found is not None
-        if not args.yes:
-            _confirm(found, args.older_than)
+        if not args.yes and not _confirmed(found, args.older_than):
+            print("nothing pruned")
+            return EXIT_OK
         progress = Progress(found["runs"], sys.stderr)
         totals = {"runs": 0, "archived_messages": 0, "workers": 0, "batches": 0}
         done = False
@@ -85,8 +97,30 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _confirm(found: dict[str, Any], older_than: datetime.timedelta) -> None:
-    """Say what will go and ask; raise UsageError without a terminal or a yes."""
+def _dry_run(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
+    """What a prune with these arguments would delete, by flow and status; deletes nothing."""
+    rows = conn.execute(operator_statements.PRUNABLE_BY_FLOW, {"age": args.older_than}).fetchall()
+    total = sum(row["runs"] for row in rows)
+    if args.format == "json":
+        print_json({"dry_run": True, "runs": total, "by_flow": rows,
+                    "older_than_s": args.older_than.total_seconds()})  # fmt: skip
+        return EXIT_OK
+    age = _age(args.older_than)
+    print(f"would prune {total:,} finished {_runs(total)} older than {age}, with their steps and"
+          " tasks" + (":" if rows else ""))  # fmt: skip
+    if rows:
+        table([(r["flow_slug"], r["status"], f"{r['runs']:,}") for r in rows],
+              ["flow", "status", "runs"], sys.stdout)  # fmt: skip
+    print(f"and the archived messages and silent workers older than {age}; nothing was deleted")
+    return EXIT_OK
+
+
+def _runs(count: int) -> str:
+    return "run" if count == 1 else "runs"
+
+
+def _confirmed(found: dict[str, Any], older_than: datetime.timedelta) -> bool:
+    """Say what will go and ask whether to; UsageError without a terminal to ask on."""
     if not sys.stdin.isatty():
         raise UsageError(
             "prune deletes data and asks first, but there is no terminal to ask on.",
@@ -100,8 +134,7 @@ def _confirm(found: dict[str, Any], older_than: datetime.timedelta) -> None:
         file=sys.stderr,
     )
     print("prune? [y/N] ", end="", file=sys.stderr, flush=True)
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise UsageError("Nothing was pruned.")
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _age(delta: datetime.timedelta) -> str:

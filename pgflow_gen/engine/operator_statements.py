@@ -95,6 +95,13 @@ PRUNABLE_RUNS: Final[LiteralString] = (
     " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
     "   and status in ('completed', 'failed', 'cancelled')"
 )
+#: ({age}) -> the finished runs a prune with that age would delete, by flow and status.
+PRUNABLE_BY_FLOW: Final[LiteralString] = (
+    "select flow_slug, status, count(*)::int as runs from pgflow.runs"
+    " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
+    "   and status in ('completed', 'failed', 'cancelled')"
+    " group by flow_slug, status order by flow_slug, status"
+)
 #: (retention, batch size) -> what one bounded prune deleted, and whether it is done (0015).
 PRUNE: Final[LiteralString] = "select pgflow.prune_data_older_than(%s, %s) as pruned"
 #: ({flow, age}) -> the failed runs of the flow (that failed within `age`), oldest first.
