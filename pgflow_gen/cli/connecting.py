@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgflow_gen.engine import support
+from pgflow_gen.errors import ConfigError
 from pgflow_gen.runtime import database, embedded, project_root
 from pgflow_gen.runtime.client import operations
 
@@ -24,13 +25,26 @@ T = TypeVar("T")
 
 def database_url(explicit: str | None) -> str:
     """The database a command uses: `explicit`, the environment, else the embedded server of the
-    project root of the current folder (found from a subfolder too), saying on stderr which root
-    when it starts that server."""
+    project of the current folder (found from a subfolder too), saying on stderr which project
+    when it starts that server. Outside a project, with no URL, a ConfigError says where it
+    looked: a command never starts a server in a folder that is not a project."""
 
     def say(root: Path) -> None:
         print(f"starting the embedded PostgreSQL of {root}", file=sys.stderr)
 
-    return database.resolve_url(explicit, on_start=say)
+    if database.configured_url(explicit) is not None:
+        return database.resolve_url(explicit)
+    here = Path.cwd()
+    project = project_root.find_project(here)
+    if project is None:
+        raise ConfigError(
+            "No database URL, and no pgflow-gen project here to start one for.",
+            detail=f"Looked in {here} and every folder above it for a pyproject.toml with"
+            " [tool.pgflow-gen] or an embedded server (`pgflow-gen db start`).",
+            hint="Run it from your project's folder, pass --database-url (or set"
+            " PGFLOW_DATABASE_URL), or create a project with `pgflow-gen init`.",
+        )
+    return database.resolve_url(explicit, project=project, on_start=say)
 
 
 def server_root() -> Path:

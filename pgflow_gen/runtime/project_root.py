@@ -18,6 +18,12 @@ from pgflow_gen.runtime import embedded
 
 def find(start: Path) -> Path:
     """The project root of `start` (see the module docstring)."""
+    return find_project(start) or start.resolve()
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest folder from `start` up that is a project: its `pyproject.toml` declares
+    `[tool.pgflow-gen]`, else it has an embedded server; None when none is."""
     start = start.resolve()
     chain = [start, *start.parents]
     for folder in chain:
@@ -26,7 +32,7 @@ def find(start: Path) -> Path:
     for folder in chain:
         if (embedded.project_base_dir(folder) / "pgdata" / "PG_VERSION").is_file():
             return folder
-    return start
+    return None
 
 
 def _declares_pgflow_gen(path: Path) -> bool:

@@ -107,3 +107,28 @@ def test_a_handler_path_that_does_not_import_is_one_line_and_exit_1(
     ]
     assert lines[-1].startswith("HINT: Fix `handler:` in flows/plain.yaml")
     assert "Traceback" not in worker.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["runs"], ["db", "migrate"], ["status", "00000000-0000-0000-0000-000000000000"]]
+)
+def test_a_command_outside_a_project_without_a_url_says_where_it_looked(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # A folder that is no project: no pyproject.toml with [tool.pgflow-gen], no embedded server.
+    stray = tmp_path / "downloads"
+    stray.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("DATABASE_URL")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pgflow_gen.cli", *command],
+        cwd=stray, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        "error: No database URL, and no pgflow-gen project here to start one for.",
+        f"DETAIL: Looked in {stray.resolve()} and every folder above it for a pyproject.toml"
+        " with [tool.pgflow-gen] or an embedded server (`pgflow-gen db start`).",
+        "HINT: Run it from your project's folder, pass --database-url (or set"
+        " PGFLOW_DATABASE_URL), or create a project with `pgflow-gen init`.",
+    ]
+    assert list(stray.iterdir()) == []  # no cluster started for it

@@ -79,6 +79,7 @@ def project(tmp_path: Path) -> Iterator[Path]:
     (root / "flows").mkdir(parents=True)
     (root / "app").mkdir()
     (root / "app" / "__init__.py").touch()
+    (root / "pyproject.toml").write_text(file_block("pyproject.toml"))
     (root / "flows" / "hello.yaml").write_text(file_block("flows/hello.yaml"))
     (root / "app" / "handlers.py").write_text(file_block("app/handlers.py"))
     yield root
