@@ -26,7 +26,7 @@ from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
 from pgflow_gen.engine import operator_statements, refusals, statements
 from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import errors, inputs
+from pgflow_gen.runtime import errors, input_examples, inputs
 
 #: Runs per start_flows call (one transaction each).
 DEFAULT_CHUNK = 1000
@@ -101,9 +101,9 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
     """Start the runs of `args.inputs` (the flow exists); print what started."""
-    lines = read_lines(args.inputs)
     schema_row = conn.execute(statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
     schema = None if schema_row is None else schema_row["schema"]
+    lines = read_lines(args.inputs, input_examples.example_text(schema))
     check_lines(args.flow_slug, schema, lines, args.inputs)
     todo = [line for line in lines if line.number > args.skip]
     progress = Progress(args.flow_slug, len(todo), sys.stderr)
@@ -142,17 +142,17 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
     return EXIT_OK
 
 
-def read_lines(source: str) -> list[Line]:
+def read_lines(source: str, example: str | None = None) -> list[Line]:
     """The run inputs of a JSON Lines file (blank lines skipped); bad JSON is a usage error
-    that lists the lines."""
+    that lists the lines (and shows `example`, an input of the flow, when there is one)."""
     if source == "-":
-        return _parse(sys.stdin, "standard input")
+        return _parse(sys.stdin, "standard input", example)
     path = Path(source)
     with path.open(encoding="utf-8") as stream:
-        return _parse(stream, str(path))
+        return _parse(stream, str(path), example)
 
 
-def _parse(stream: TextIO, name: str) -> list[Line]:
+def _parse(stream: TextIO, name: str, example: str | None) -> list[Line]:
     lines: list[Line] = []
     problems: list[str] = []
     for number, text in enumerate(stream, start=1):
@@ -166,7 +166,9 @@ def _parse(stream: TextIO, name: str) -> list[Line]:
         raise UsageError(
             f"{name}: {len(problems)} line(s) are not JSON; nothing was started.",
             detail=_listed(problems),
-            hint='Each line holds one run input, such as {"name": "Ada"}.',
+            hint=f"Each line holds one run input, such as {example}."
+            if example
+            else "Each line holds one run input: one JSON value.",
         )
     if not lines:
         raise UsageError(f"{name} holds no run input; nothing was started.")

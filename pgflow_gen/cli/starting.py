@@ -16,11 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from pgflow_gen.cli import bulk, connecting, existing, project
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json
-from pgflow_gen.errors import UsageError
-from pgflow_gen.runtime import Client, Run, errors
+from pgflow_gen.engine import statements
+from pgflow_gen.errors import PgflowError, UsageError
+from pgflow_gen.runtime import Client, Run, errors, input_examples
 from pgflow_gen.runtime import client as client_module
 
 
@@ -31,16 +34,22 @@ def start(args: argparse.Namespace) -> int:
         with connecting.connect(args) as conn:
             existing.require_flow(conn, args.flow_slug)
             return bulk.start_many(args, conn)
+    url = connecting.database_url(args.database_url)
     try:
         run_input = json.loads(args.input)
     except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--input is not JSON: {exc}", hint='For example --input \'{"name": "Ada"}\'.'
-        ) from None
-    url = connecting.database_url(args.database_url)
+        example = _example_input(url, args.flow_slug)
+        hint = (
+            f"For example --input '{example}' (an input of {args.flow_slug})."
+            if example
+            else "Pass the run input as one JSON value, quoted for your shell."
+        )
+        raise UsageError(f"--input is not JSON: {exc}", hint=hint) from None
     # Checked as every command checks its flow: the same words for a database it cannot reach.
     with connecting.connect_to(url) as conn:
         existing.require_flow(conn, args.flow_slug)
+        schema = conn.execute(statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
+    example = input_examples.example_text(schema["schema"] if schema else None)
     with Client(url, pool_size=1) as client:
         wanted = uuid.uuid4()
         try:
@@ -48,8 +57,20 @@ def start(args: argparse.Namespace) -> int:
                 args.flow_slug, run_input, run_id=wanted, idempotency_key=args.key
             )
         except errors.InvalidRunInputError as exc:
-            raise UsageError(exc.message, detail=exc.detail, hint=exc.hint) from None
+            shown = f"{exc.hint} For example --input '{example}'." if example else exc.hint
+            raise UsageError(exc.message, detail=exc.detail, hint=shown) from None
         return _started(args, client, run, created=run.run_id == wanted)
+
+
+def _example_input(url: str, flow_slug: str) -> str | None:
+    """An input of the flow for a hint, from its compiled schema; None when there is none, or
+    when the database cannot tell (the hint does without: the input's own error comes first)."""
+    try:
+        with connecting.connect_to(url) as conn:
+            row = conn.execute(statements.FLOW_INPUT_SCHEMA, (flow_slug,)).fetchone()
+    except (PgflowError, psycopg.Error):
+        return None
+    return input_examples.example_text(row["schema"] if row else None)
 
 
 def _started(args: argparse.Namespace, client: Client, run: Run[Any], *, created: bool) -> int:

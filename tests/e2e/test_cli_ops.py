@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,6 +186,31 @@ def test_start_reports_bad_input_and_unknown_flows(
     assert (code, out.splitlines()[0]) == (2, "error: --input is not JSON: Expecting property"
                                            " name enclosed in double quotes: line 1 column 2"
                                            " (char 1)")  # fmt: skip
+
+
+def test_start_input_errors_show_an_input_of_the_flow(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # e2eCapped's input is {seconds: number}: the hints show that, not another flow's.
+    db.conn.execute((PROJECT / "app" / "pgflow" / "migrations" / "e2eCapped.sql").read_text())
+    code, out = run_cli(capsys, db_url, "start", "e2eCapped", "--input", "{seconds: 1}")
+    assert (code, out.splitlines()[-1]) == (
+        2, "HINT: For example --input '{\"seconds\": 1}' (an input of e2eCapped).",
+    )  # fmt: skip
+    code, out = run_cli(capsys, db_url, "start", "e2eCapped", "--input", '{"seconds": "1"}')
+    assert (code, out.splitlines()) == (2, [
+        'error: Invalid input for flow "e2eCapped": $.seconds: expected number, got string.',
+        "DETAIL: $.seconds: expected number, got string",
+        "HINT: The input must match the flow's input schema (the `input` of its spec). For"
+        " example --input '{\"seconds\": 1}'.",
+    ])  # fmt: skip
+    lines = tmp_path / "inputs.jsonl"
+    lines.write_text('{"seconds": 1}\n{seconds}\n')
+    code, out = run_cli(capsys, db_url, "start", "e2eCapped", "--inputs", str(lines))
+    assert (code, out.splitlines()[-1]) == (
+        2, 'HINT: Each line holds one run input, such as {"seconds": 1}.',
+    )  # fmt: skip
+    assert db.value("select count(*) from pgflow.runs") == 0
 
 
 def test_a_failed_run_makes_start_wait_say_where_and_why_and_exit_1(
