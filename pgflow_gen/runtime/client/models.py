@@ -93,10 +93,10 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
     if limits.get("limit_per_key") is not None:
         waiting = limits["keys_waiting"]
         parts.append(
-            f"{limits['limit_per_key']} per {limits['key_path']}: {limits['keys_active']} keys"
-            f" in flight, {waiting} waiting"
+            f"{limits['limit_per_key']} per {limits['key_path']}:"
+            f" {counted(limits['keys_active'], 'key')} in flight, {waiting} waiting"
             + (
-                f" ({limits['parked']:,} tasks, most for {limits['busiest_key']!r})"
+                f" ({counted(limits['parked'], 'task')}, most for {limits['busiest_key']!r})"
                 if waiting
                 else ""
             )
@@ -105,6 +105,15 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
     if not overrides_spec(limits):
         return words
     return f"{words or 'no limits'} ({override_in_words(limits)})"
+
+
+def counted(count: int, noun: str) -> str:
+    """A count with its noun in agreement.
+
+    >>> counted(1, "key"), counted(1_200, "task"), counted(0, "task")
+    ('1 key', '1,200 tasks', '0 tasks')
+    """
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def overrides_spec(limits: Mapping[str, Any]) -> bool:
