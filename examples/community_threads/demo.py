@@ -150,8 +150,20 @@ def main() -> None:
             root = project_root.find(Path.cwd())
             print(
                 f"\nThe embedded PostgreSQL of {root} keeps running, for the next `make demo`"
-                f" or `pgflow-gen` command; stop it with `pgflow-gen db stop` from {root}."
+                f" or `pgflow-gen` command; stop it with `{_pgflow_gen()} db stop` from {root}."
             )
+
+
+def _pgflow_gen() -> str:
+    """The `pgflow-gen` beside this Python (`.venv/bin/pgflow-gen` from the checkout's root), so
+    the line works as printed although the virtual environment is not activated."""
+    command = Path(sys.executable).parent / "pgflow-gen"
+    if not command.is_file():
+        return "pgflow-gen"
+    try:
+        return str(command.relative_to(Path.cwd()))
+    except ValueError:
+        return str(command)
 
 
 if __name__ == "__main__":
