@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, existing, runs, step_controls
+from pgflow_gen.cli import connecting, existing, run_refs, runs, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import print_json, table
@@ -110,7 +110,11 @@ def _run_command(
     """A command that takes run ids, or every run of a flow in `status` with --flow."""
     command = commands.add(verb, description, database=True, formats=runs.FORMATS)
     command.add_argument(
-        "run_ids", metavar="RUN_ID", nargs="*", type=uuid.UUID, help=f"the runs to {verb}"
+        "run_ids",
+        metavar="RUN_ID",
+        nargs="*",
+        type=run_refs.argument,
+        help=f"the runs to {verb} (each its id, or its first 8 characters or more)",
     )
     command.add_argument(
         "--flow", dest="flow_slug", metavar="SLUG", help=f"every {status} run of this flow"
@@ -169,7 +173,7 @@ def _choose(
             {"flow": args.flow_slug, "age": args.older_than},
         ).fetchall()
         return rows, []
-    ids = list(dict.fromkeys(args.run_ids))
+    ids = list(dict.fromkeys(run_refs.resolve(conn, ref) for ref in args.run_ids))
     found = {
         row["run_id"]: row
         for row in conn.execute(
@@ -232,7 +236,8 @@ def _retry(args: argparse.Namespace) -> int:
             if chosen and not args.yes:
                 _confirm("retry", chosen, "failed_at")
         else:
-            chosen = [{"run_id": run_id} for run_id in dict.fromkeys(args.run_ids)]
+            ids = (run_refs.resolve(conn, ref) for ref in args.run_ids)
+            chosen = [{"run_id": run_id} for run_id in dict.fromkeys(ids)]
         for run in chosen:
             try:
                 row = connecting.perform(conn, operations.retry_run(run["run_id"]))

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
 from typing import Any
 
-from pgflow_gen.cli import bulk, connecting, existing, starting, step_controls
+from pgflow_gen.cli import bulk, connecting, existing, run_refs, starting, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgflow_gen.cli.output import cell, print_json, table
@@ -50,7 +49,9 @@ def register(commands: cli_parser.Commands) -> None:
     status = commands.add(
         "status", "show a run, its steps and their last errors", database=True, formats=FORMATS
     )
-    status.add_argument("run_id", metavar="RUN_ID", type=uuid.UUID, help="the run's id")
+    status.add_argument(
+        "run_id", metavar="RUN_ID", type=run_refs.argument, help="the run's id (8+ characters)"
+    )
     status.set_defaults(handler=_status)
 
     runs = commands.add("runs", "list recent runs, newest first", database=True, formats=FORMATS)
@@ -97,10 +98,11 @@ def register(commands: cli_parser.Commands) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
-        run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
+        run_id = run_refs.resolve(conn, args.run_id)
+        run = conn.execute(operator_statements.RUN_ROW, (run_id,)).fetchone()
         if run is None:
-            raise errors.PgflowError(f"Run {args.run_id} does not exist.")
-        steps = conn.execute(operator_statements.RUN_STEP_STATUS, (args.run_id,)).fetchall()
+            raise errors.PgflowError(f"Run {run_id} does not exist.")
+        steps = conn.execute(operator_statements.RUN_STEP_STATUS, (run_id,)).fetchall()
         pauses = step_controls.paused_steps(conn)
         limits = step_controls.step_limits(conn)
     for s in steps:

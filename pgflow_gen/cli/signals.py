@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import uuid
 from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, existing, runs
+from pgflow_gen.cli import connecting, existing, run_refs, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
@@ -32,7 +31,9 @@ def register(commands: cli_parser.Commands) -> None:
         database=True,
         formats=runs.FORMATS,
     )
-    signal.add_argument("run_id", metavar="RUN_ID", type=uuid.UUID, help="the run")
+    signal.add_argument(
+        "run_id", metavar="RUN_ID", type=run_refs.argument, help="the run (8+ characters)"
+    )
     signal.add_argument("step_slug", metavar="STEP", help="its signal step")
     signal.add_argument(
         "--payload",
@@ -51,6 +52,7 @@ def _signal(args: argparse.Namespace) -> int:
             f"--payload is not JSON: {exc}", hint="For example --payload '{\"approved\": true}'."
         ) from None
     with connecting.connect(args) as conn:
+        args.run_id = run_refs.resolve(conn, args.run_id)
         run = conn.execute(operator_statements.RUN_ROW, (args.run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {args.run_id} does not exist.")

@@ -16,6 +16,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
+from pgflow_gen import run_ids
 from pgflow_gen.dashboard import dag
 from pgflow_gen.engine import dashboard_statements, statements, support
 from pgflow_gen.runtime.client import limits_in_words, with_concurrency
@@ -207,16 +208,6 @@ class RunsPage:
     newer: str | None  # the cursor of the page before (newer runs), if there is one
 
 
-def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
-    """The first and the last run id that start with `prefix` (hex digits, dashes ignored).
-
-    >>> id_range("0b6f-1")
-    (UUID('0b6f1000-0000-0000-0000-000000000000'), UUID('0b6f1fff-ffff-ffff-ffff-ffffffffffff'))
-    """
-    digits = prefix.replace("-", "").lower()[:32]
-    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
-
-
 def cursor(row: RunRow) -> str:
     """The keyset position of a run in the list (its start time and id), opaque in a URL."""
     raw = f"{row.started_at.isoformat()}|{row.run_id}"
@@ -245,7 +236,7 @@ async def runs_page(
     size: int = PAGE_SIZE,
 ) -> RunsPage:
     """One page of runs, newest first, after (older than) or before (newer than) a cursor."""
-    low, high = id_range(run_filter.search) if run_filter.search else (None, None)
+    low, high = run_ids.id_range(run_filter.search) if run_filter.search else (None, None)
     params: dict[str, Any] = {
         "flow": run_filter.flow,
         "status": run_filter.status,

@@ -28,6 +28,12 @@ START_FLOWS_CREATED: Final[LiteralString] = (
 )
 #: (run id) -> the run's row.
 RUN_ROW: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
+#: (low, high) -> up to 11 runs whose ids lie between (those that start with a prefix), newest
+#: first: one is the run meant, more are the candidates to name.
+RUNS_IN_ID_RANGE: Final[LiteralString] = (
+    "select run_id, flow_slug, status, started_at from pgflow.runs"
+    " where run_id between %s and %s order by started_at desc limit 11"
+)
 #: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
 #: latest error of its tasks (the failed one, else the last retried one) with its attempt; a
 #: signal step's type, and when it waits: since when and until when (NULL: for ever).

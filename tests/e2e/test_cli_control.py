@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from pgflow_gen import cli
 from tests.e2e.harness import Db, answered, run_cli
@@ -248,3 +249,47 @@ def test_pausing_an_unknown_step_names_a_near_one(
         'HINT: Did you mean "wrap_up"? Slugs are exact. Steps of e2ePlain: shout, wrap_up.',
     ]
     assert plain.value("select count(*) from pgflow.step_pauses") == 0
+
+
+def start_as(db: Db, run_id: str) -> uuid.UUID:
+    row = db.conn.execute(
+        "select run_id from pgflow.start_flow('e2ePlain', %s, %s)",
+        (Jsonb({"name": "Ada"}), uuid.UUID(run_id)),
+    ).fetchone()
+    assert row is not None
+    found: uuid.UUID = row[0]
+    return found
+
+
+def test_run_commands_take_the_first_8_characters_of_an_id(
+    plain: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = start_as(plain, "12345678-0000-4000-8000-000000000001")
+    twins = [start_as(plain, f"abcdef12-0000-4000-8000-00000000000{n}") for n in (1, 2)]
+
+    code, out, _ = run_cli(capsys, db_url, "status", "12345678")
+    assert (code, out.splitlines()[0]) == (0, f"run:     {one}")
+    code, out, err = run_cli(capsys, db_url, "cancel", "1234-5678", "--yes")
+    assert (code, err) == (0, "")
+    assert plain.run(one)["status"] == "cancelled"
+
+    # A prefix two runs share names neither: it lists them and does nothing.
+    code, out, err = run_cli(capsys, db_url, "cancel", "abcdef12", "--yes")
+    lines = err.splitlines()
+    assert (code, out, lines[0]) == (
+        2, "", "error: 2 runs have ids that start with abcdef12; nothing was done.",
+    )  # fmt: skip
+    assert lines[1].startswith("DETAIL: ")
+    assert {str(t) for t in twins} == {lines[1].split()[1], lines[2].split()[0]}
+    assert lines[-1] == "HINT: Give more characters of the id (or the whole id)."
+    assert {plain.run(t)["status"] for t in twins} == {"started"}
+
+    code, _, err = run_cli(capsys, db_url, "status", "deadbeef")
+    assert (code, err) == (1, "error: No run id starts with deadbeef.\n")
+    with pytest.raises(SystemExit) as refused:
+        run_cli(capsys, db_url, "retry", "abc")
+    assert refused.value.code == 2
+    assert (
+        "invalid run id 'abc': give the whole id, or its first 8 characters or more"
+        in capsys.readouterr().err
+    )
