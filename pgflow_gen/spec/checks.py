@@ -271,7 +271,13 @@ def _dependency_problems(
                 hint='A map step maps the array output of its one dependency, named in "array".',
                 step=index,
             )
-        elif dependencies and step.array != dependencies[0]:
+        elif (
+            dependencies
+            and step.array != dependencies[0]
+            # A dependency that is no step is reported as unknown (below), and only that: a
+            # hint to name it in "array" would copy its typo.
+            and dependencies[0] in index_of
+        ):
             yield problem(
                 "map_step_array",
                 f'Map step "{step.slug}" must name its dependency "{dependencies[0]}" in "array".',
@@ -322,6 +328,34 @@ def _dependency_problems(
                 f'Step "{step.slug}" depends on "{dep}", which is listed after it.',
                 where,
                 hint=ORDER_HINT,
+                step=index,
+            )
+    if all(dep in index_of for dep in dependencies):  # else the unknown one explains the rest
+        yield from _condition_problems(step, index, dependencies, problem)
+
+
+def _condition_problems(
+    step: model.StepSpec, index: int, dependencies: list[str], problem: Any
+) -> Iterator[Problem]:
+    """A dependent step's condition matches the object of its dependencies' outputs, keyed by
+    their slugs: a key that is none of them never matches, so the step would always be unmet."""
+    if not dependencies:
+        return  # a root step's condition matches the run input: any keys
+    for key, pattern in (("if", step.if_), ("if_not", step.if_not)):
+        for name in pattern or {}:
+            if name in dependencies:
+                continue
+            near = difflib.get_close_matches(name, dependencies, n=1)
+            yield problem(
+                "condition_unknown_dependency",
+                f'The "{key}" condition of step "{step.slug}" names "{name}", which is not one'
+                " of its dependencies.",
+                ("steps", index, key, name),
+                detail="A dependent step's condition matches its dependencies' outputs, keyed by"
+                f" their slugs: {', '.join(dependencies)}.",
+                hint=f'Did you mean "{near[0]}"? Slugs are exact.'
+                if near
+                else "Name a dependency, or add the step to depends_on.",
                 step=index,
             )
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -284,3 +286,72 @@ def test_an_empty_type_list_is_a_located_error() -> None:
         """
     )
     assert (problem.code, problem.location.path) == ("invalid_value", "input.type")
+
+
+CASCADES = """\
+slug: orderProcessing
+queue_mode: step
+input:
+  type: object
+  properties: {order_id: {type: string}}
+  required: [order_id]
+steps:
+  - slug: priceLines
+    handler: app.handlers:price_lines
+    output: {type: array, items: {type: number}}
+  - slug: chargeLine
+    type: map
+    depends_on: [priceLines]
+    array: priceLines
+    handler: app.handlers:charge_line
+  - slug: notify
+    depends_on: [chargeLine, priceLines]
+    if: {priceLines: [1]}
+    if_not: {chargeLine: [0]}
+    handler: app.handlers:notify
+workers:
+  steps:
+    notify: {max_concurrent: 2}
+"""
+
+
+def references(text: str) -> Iterator[tuple[int, int, str]]:
+    """Each place `text` names one of its steps other than where the step is defined (and
+    its handler's path): (start, end, slug)."""
+    for slug in ("priceLines", "chargeLine", "notify"):
+        for found in re.finditer(rf"(?<![\w.:]){slug}\b", text):
+            line = text[text.rfind("\n", 0, found.start()) + 1 : text.find("\n", found.start())]
+            if not line.lstrip().startswith("- slug:"):
+                yield found.start(), found.end(), slug
+
+
+def test_each_misspelt_step_name_is_reported_once_with_the_right_slug() -> None:
+    loader.load_text(CASCADES, "flows/f.yaml")  # valid as it is
+    places = list(references(CASCADES))
+    assert len(places) == 7  # depends_on x3, array, if, if_not, workers.steps
+    for start, end, slug in places:
+        typo = slug[:-1]
+        [problem] = problems_of(CASCADES[:start] + typo + CASCADES[end:])
+        assert problem.code in (
+            "unknown_dependency", "condition_unknown_dependency", "unknown_worker_step",
+            "map_step_array",  # "array" misspelt beside a right depends_on: name it there
+        ), problem  # fmt: skip
+        assert problem.hint is not None
+        assert re.search(rf"\b{slug}\b", problem.hint), problem  # the right slug
+        assert not re.search(rf"\b{typo}\b", problem.hint), problem  # never the typo
+
+
+def test_a_condition_on_a_step_that_is_no_dependency_is_an_error() -> None:
+    text = CASCADES.replace("if: {priceLines: [1]}", "if: {order_id: x}")
+    problem = only(text)
+    assert (problem.code, problem.location.path) == (
+        "condition_unknown_dependency", "steps[2].if.order_id",
+    )  # fmt: skip
+    assert problem.message == (
+        'The "if" condition of step "notify" names "order_id", which is not one of its'
+        " dependencies."
+    )
+    assert problem.detail == (
+        "A dependent step's condition matches its dependencies' outputs, keyed by their slugs:"
+        " chargeLine, priceLines."
+    )
