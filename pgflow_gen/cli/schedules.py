@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import zoneinfo
 from typing import Any
 
 import psycopg
@@ -68,7 +69,7 @@ def _schedules(args: argparse.Namespace) -> int:
               f" `pgflow-gen schedules resume {args.flow_slug} {args.name}`")  # fmt: skip
     else:
         print(f"resumed schedule {args.name} of {args.flow_slug}: its next run is at"
-              f" {cell(_next(row))}")  # fmt: skip
+              f" {_in_zone(_next(row), row['timezone'])}")  # fmt: skip
     return EXIT_OK
 
 
@@ -90,6 +91,23 @@ def _next(row: dict[str, Any]) -> datetime.datetime | None:
         return schedule_rules.next_slot(rule, datetime.datetime.now(datetime.UTC))
     except (ValueError, KeyError):
         return None
+
+
+def _in_zone(when: datetime.datetime | None, timezone: str) -> str | None:
+    """A slot as the schedule's cron reads it: in its time zone, named ("2026-12-06 03:00
+    Europe/Paris"; seconds only when the slot has some).
+
+    >>> _in_zone(datetime.datetime(2026, 12, 6, 2, 0, tzinfo=datetime.UTC), "Europe/Paris")
+    '2026-12-06 03:00 Europe/Paris'
+    """
+    if when is None:
+        return None
+    try:
+        local = when.astimezone(zoneinfo.ZoneInfo(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):  # a zone this machine does not know
+        return cell(when)
+    shape = "%Y-%m-%d %H:%M:%S" if local.second else "%Y-%m-%d %H:%M"
+    return f"{local.strftime(shape)} {timezone}"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -115,7 +133,8 @@ def _list(args: argparse.Namespace) -> int:
     table(
         [
             (r["flow_slug"], r["schedule_name"], r["cron"], r["timezone"], r["catch_up"],
-             "paused" if r["paused_at"] else cell(r["next_run_at"]), cell(r["last_slot_at"]),
+             "paused" if r["paused_at"] else _in_zone(r["next_run_at"], r["timezone"]),
+             cell(r["last_slot_at"]),
              None if r["last_run_id"] is None else f"{r['last_run_id']} ({r['last_run_status']})")
             for r in rows
         ],

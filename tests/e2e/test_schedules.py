@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 
 import pytest
 
@@ -67,6 +68,26 @@ def test_the_cli_lists_pauses_and_resumes_a_schedule(
     code, out, _ = run_cli(capsys, db_url, "schedules", "resume", "e2eScheduled", "everySecond")
     assert code == 0
     assert out.startswith("resumed schedule everySecond of e2eScheduled: its next run is at ")
+
+
+def test_the_next_run_shows_in_the_schedules_time_zone_with_its_name(
+    db: Db, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nightly = {"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris", "input": {},
+               "catchUp": "latest"}  # fmt: skip
+    db.compile("reports", [{"slug": "build"}], options={}, schedules=[nightly])
+    code, out, _ = run_cli(capsys, db_url, "schedules")
+    header, _, row = out.splitlines()
+    at = header.index("next run")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00 Europe/Paris", row[at:].split("  ")[0]), row
+    assert run_cli(capsys, db_url, "schedules", "pause", "reports", "nightly")[0] == 0
+    code, out, _ = run_cli(capsys, db_url, "schedules", "resume", "reports", "nightly")
+    assert code == 0
+    assert re.fullmatch(
+        r"resumed schedule nightly of reports: its next run is at \d{4}-\d\d-\d\d 03:00"
+        r" Europe/Paris\n",
+        out,
+    ), out
 
 
 @pytest.mark.parametrize(
