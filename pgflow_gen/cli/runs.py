@@ -77,7 +77,11 @@ def register(commands: cli_parser.Commands) -> None:
     workers = commands.add(
         "workers", "list workers and their heartbeats", database=True, formats=FORMATS
     )
-    workers.add_argument("--all", action="store_true", help="include stopped workers")
+    workers.add_argument(
+        "--all",
+        action="store_true",
+        help="also the workers stopped more than an hour ago (the others show by default)",
+    )
     workers.set_defaults(handler=_workers)
 
     coverage = commands.add(

@@ -436,10 +436,11 @@ async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> An
 # -- workers -------------------------------------------------------------------------------------
 
 
-async def workers(conn: Connection) -> list[dict[str, Any]]:
-    """Every worker, stopped ones too, by queue and newest first within it."""
+async def workers(conn: Connection, *, everyone: bool = False) -> list[dict[str, Any]]:
+    """The workers, by queue and newest first within it: those stopped more than an hour ago
+    only with `everyone`."""
     statement = statements.workers(await support.version_async(conn))
-    rows = await (await conn.execute(statement, (True,))).fetchall()
+    rows = await (await conn.execute(statement, (everyone,))).fetchall()
     rows.sort(key=lambda row: row["started_at"], reverse=True)
     rows.sort(key=lambda row: row["queue_name"])  # stable: newest first within each queue
     return rows

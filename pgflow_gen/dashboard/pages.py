@@ -97,6 +97,7 @@ async def queues(request: Request) -> Response:
 
 
 async def workers(request: Request) -> Response:
+    everyone = request.query_params.get("all") == "1"
     async with request.app.state.pool.connection() as conn:
-        found = await data.workers(conn)
-    return render(request, "workers.html", page="workers", workers=found)
+        found = await data.workers(conn, everyone=everyone)
+    return render(request, "workers.html", page="workers", workers=found, everyone=everyone)

@@ -46,7 +46,8 @@ CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usag
 
 # -- workers -------------------------------------------------------------------------------------
 def workers(version: str) -> LiteralString:
-    """(all: include stopped ones) -> workers by queue, oldest first, each live, stale,
+    """(all: include the ones stopped more than an hour ago) -> workers by queue, oldest first,
+    the others and the ones stopped within the hour (they do not pile up), each live, stale,
     deprecated or stopped by the engine's one liveness rule, pgflow.worker_states (engine 0022),
     by which pgflow.queue_coverage counts too; for an engine at `version`
     (`support.version(conn)`)."""
@@ -55,7 +56,8 @@ def workers(version: str) -> LiteralString:
 
 _WORKERS: Final[LiteralString] = (
     "select * from pgflow.worker_states()"
-    " where %s or stopped_at is null order by queue_name, started_at"
+    " where %s or stopped_at is null or stopped_at > now() - interval '1 hour'"
+    " order by queue_name, started_at"
 )
 #: _WORKERS on engines 0020 and 0021, which have no worker_states: the same rule and columns
 #: written out (a test holds the two together). It goes when the window passes 0021.
@@ -66,7 +68,9 @@ _WORKERS_BEFORE_0022: Final[LiteralString] = (
     " when deprecated_at is not null then 'deprecated' "
     " when last_heartbeat_at > now() - (pgflow.worker_liveness()).live_within then 'live' "
     " else 'stale' end as state"
-    " from pgflow.workers where %s or stopped_at is null order by queue_name, started_at"
+    " from pgflow.workers"
+    " where %s or stopped_at is null or stopped_at > now() - interval '1 hour'"
+    " order by queue_name, started_at"
 )
 
 

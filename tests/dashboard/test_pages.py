@@ -243,3 +243,24 @@ def test_a_backlog_grows_when_tasks_wait_long_and_more_wait_than_finished(
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     assert cells[6:9] == ["1", "0", "2"]  # waiting, running, finished in the last minute
     assert "backlog growing" not in row
+
+
+def test_workers_stopped_long_ago_do_not_pile_up_on_the_workers_page(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.compile("stepped", [{"slug": "first"}])
+    for worker in ("00000000-0000-0000-0000-0000000000c1", "00000000-0000-0000-0000-0000000000c2"):
+        db.call("register_worker", uuid.UUID(worker), "stepped__first", "w", flow_slug="stepped")
+        db.call("mark_worker_stopped", uuid.UUID(worker))
+    db.conn.execute(
+        "update pgflow.workers set stopped_at = now() - interval '2 hours'"
+        " where worker_id = '00000000-0000-0000-0000-0000000000c1'"
+    )
+    shown = re.findall(r'<tr data-worker="([0-9a-f-]+)"', dashboard.get("/workers").body)
+    assert shown == ["00000000-0000-0000-0000-0000000000c2"]  # stopped within the hour
+    every = dashboard.get("/workers?all=1").body
+    assert sorted(re.findall(r'<tr data-worker="([0-9a-f-]+)"', every)) == [
+        "00000000-0000-0000-0000-0000000000c1",
+        "00000000-0000-0000-0000-0000000000c2",
+    ]
+    assert 'href="/workers?all=1"' in dashboard.get("/workers").body

@@ -82,7 +82,14 @@ def test_the_workers_statement_on_either_engine_of_the_window_reads_the_same(
             "select * from pgflow.worker_states() order by queue_name, started_at"
         )
     ]
+    # Without `all`, a worker stopped within the hour shows; one stopped earlier does not.
+    assert "w-a4" in {row["function_name"] for row in engine.all(statement, False)}
+    engine.conn.execute(
+        "update pgflow.workers set stopped_at = now() - interval '61 minutes' where worker_id = %s",
+        (STOPPED,),
+    )
     assert "w-a4" not in {row["function_name"] for row in engine.all(statement, False)}
+    assert "w-a4" in {row["function_name"] for row in engine.all(statement, True)}
 
 
 def test_a_reader_reads_states_and_a_worker_may_not(logins: Logins, engine: Engine) -> None:
