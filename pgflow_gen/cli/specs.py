@@ -15,7 +15,7 @@ from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from pgflow_gen.cli.output import print_json
 from pgflow_gen.codegen import build as build_module
 from pgflow_gen.codegen import graph as graph_module
-from pgflow_gen.codegen import origin, scaffold
+from pgflow_gen.codegen import handler_imports, origin, scaffold
 from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
@@ -50,6 +50,12 @@ def register(commands: cli_parser.Commands) -> None:
         nargs="*",
         type=Path,
         help=PATHS_HELP,
+    )
+    validate.add_argument(
+        "--check-handlers",
+        action="store_true",
+        help="also import each step's handler from this project, as its worker will (runs the"
+        " handler modules' top-level code)",
     )
     validate.set_defaults(handler=_validate)
 
@@ -122,9 +128,12 @@ def _validate(args: argparse.Namespace) -> int:
     args.paths = _spec_paths(args.paths)
     files = project_module.spec_files(args.paths)
     try:
-        build_module.load(files, project=Path.cwd())
+        loaded = build_module.load(files, project=Path.cwd())
     except problems_module.SpecErrors as exc:
         problems.extend(exc.problems)
+    else:
+        if args.check_handlers:
+            problems.extend(handler_imports.unimportable(loaded, Path.cwd()))
     if not files:
         problems.append(
             problems_module.Problem(

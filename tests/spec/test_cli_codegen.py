@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,57 @@ def test_a_flow_named_like_a_folder_of_the_output_gets_its_own_module(
     assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_OK
     assert (tmp_path / "app" / "pgflow" / "workers_.py").is_file()
     assert (tmp_path / "app" / "pgflow" / "workers" / "workers_" / "worker.py").is_file()
+
+
+PRICED = """\
+slug: priced
+input: {type: array, items: {type: number}}
+steps:
+  - slug: priceLines
+    handler: app.pricing:price_line
+"""
+
+
+def test_validate_check_handlers_imports_each_handler_and_names_the_near_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "priced.yaml").write_text(PRICED)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").touch()
+    (tmp_path / "app" / "pricing.py").write_text("def price_lines(values, ctx):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "flows"]) == cli.EXIT_OK  # the spec alone is valid
+    capsys.readouterr()
+
+    assert cli.main(["validate", "flows", "--check-handlers"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "flows/priced.yaml:5:5: error[handler_not_importable] (steps[0].handler): The handler"
+        ' "app.pricing:price_line" of step "priceLines" does not import: \'app.pricing\' has no'
+        " attribute 'price_line'.",
+        '  hint: Did you mean "price_lines"? Handler names are exact.',
+        "1 problem(s) in 1 file(s)",
+    ]
+    assert "app.pricing" not in sys.modules  # forgotten: the next import reads the file anew
+
+    (tmp_path / "flows" / "priced.yaml").write_text(PRICED.replace("price_line", "price_lines"))
+    assert cli.main(["validate", "flows", "--check-handlers"]) == cli.EXIT_OK
+
+
+def test_check_handlers_says_to_build_when_a_handler_imports_code_not_generated_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "priced.yaml").write_text(PRICED)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").touch()
+    (tmp_path / "app" / "pricing.py").write_text("from app.pgflow.priced import Steps\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "flows", "--check-handlers"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "ModuleNotFoundError: No module named 'app.pgflow'" in err
+    assert (
+        "  hint: The module imports 'app.pgflow', which is missing: if that is the generated" in err
+    )
+    assert "Traceback" not in err
