@@ -1,10 +1,12 @@
-"""A database connection that comes back: reconnects with backoff after the server goes away."""
+"""A database connection that comes back: reconnects with backoff after the server goes away,
+and says so once per outage (`Outage`), not once per retry of each connection."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -60,11 +62,67 @@ def primary_message(exc: psycopg.Error) -> str:
     return exc.diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+class Outage:
+    """What a process says when the database goes away and comes back: one warning when the
+    first of its connections is lost (or cannot connect), one line when the last one is back,
+    with how long it took; every retry in between at DEBUG. A worker's links share one.
+
+    A connection found dead soon after an outage ended (an idle one, noticed at its next use)
+    reconnects quietly, unless it cannot connect: then it is a new outage, and said.
+    """
+
+    #: How long after an outage a connection found dead belongs to it.
+    AFTERMATH_S = 60.0
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._down: set[str] = set()
+        self._since = 0.0
+        self._said = False
+        self._ended_at: float | None = None
+
+    def down(self, purpose: str, reason: str, retry_in: float | None = None) -> None:
+        """`purpose`'s connection is lost (`retry_in` None) or cannot be made (`reason`)."""
+        now = time.monotonic()
+        if not self._down:
+            self._since = now
+        self._down.add(purpose)
+        aftermath = self._ended_at is not None and now - self._ended_at < self.AFTERMATH_S
+        if not self._said and (retry_in is not None or not aftermath):
+            self._said = True
+            self._log.warning(
+                "lost the database connection (%s): %s; retrying until it is back",
+                purpose,
+                reason,
+            )
+        else:
+            self._log.debug(
+                "database connection down for %s (%s); retrying in %s s", purpose, reason, retry_in
+            )
+
+    def back(self, purpose: str) -> None:
+        """`purpose` is connected again."""
+        if purpose not in self._down:
+            return
+        self._down.discard(purpose)
+        if self._down:
+            return
+        now = time.monotonic()
+        self._ended_at = now
+        if self._said:
+            self._said = False
+            self._log.info("the database connection is back after %.1f s", now - self._since)
+        else:
+            self._log.debug("reconnected (%s)", purpose)
+
+
 class Link(Generic[ConnectionT]):
     """One connection, opened by `connect` and reopened on demand after `broken()`.
 
     `on_connect` runs on every new connection (a worker re-registers, a listener re-listens);
     `on_reconnect` is told each time a connection replaces a lost one (the worker's metrics).
+    `outage` says when the database goes and comes back (shared by a process's links; its own
+    otherwise).
     """
 
     def __init__(
@@ -74,12 +132,13 @@ class Link(Generic[ConnectionT]):
         logger: logging.Logger,
         on_connect: Callable[[ConnectionT], Awaitable[None]] | None = None,
         on_reconnect: Callable[[str], None] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self._connect = connect
+        self._outage = outage or Outage(logger)
         self._on_reconnect = on_reconnect
         self._connected_before = False
         self._purpose = purpose
-        self._log = logger
         self._on_connect = on_connect
         self._conn: ConnectionT | None = None
         self._backoff = FIRST_BACKOFF
@@ -108,17 +167,11 @@ class Link(Generic[ConnectionT]):
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
                 self.last_error = _first_line(exc)
-                self._log.warning(
-                    "database unreachable for %s (%s); retrying in %.2f s",
-                    self._purpose,
-                    _first_line(exc),
-                    self._backoff,
-                )
+                self._outage.down(self._purpose, self.last_error, self._backoff)
                 await asyncio.sleep(self._backoff)
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF)
                 continue
-            if self._backoff != FIRST_BACKOFF:
-                self._log.info("database connection for %s is back", self._purpose)
+            self._outage.back(self._purpose)
             if self._connected_before and self._on_reconnect is not None:
                 self._on_reconnect(self._purpose)
             self._connected_before = True
@@ -134,9 +187,7 @@ class Link(Generic[ConnectionT]):
     async def broken(self, exc: BaseException) -> None:
         """Forget the current connection after `exc`; the next `get()` reconnects."""
         self.last_error = _first_line(exc)
-        self._log.warning(
-            "lost the database connection for %s: %s", self._purpose, _first_line(exc)
-        )
+        self._outage.down(self._purpose, self.last_error)
         await self.close()
 
     async def close(self) -> None:

@@ -67,6 +67,11 @@ def test_a_postgresql_restart_mid_run_loses_nothing(
         assert {a["attempts_count"] for a in attempts} == {1}
         for worker in workers:
             assert worker.proc.poll() is None
+            # One line when the database went, one when it was back: no line per retry.
+            log = worker.wait_for_log("the database connection is back after ")
+            assert log.count("lost the database connection") == 1, log
+            assert log.count("the database connection is back after ") == 1, log
+            assert "database unreachable" not in log
     finally:
         db.close()
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import psycopg
 
 from pgflow_gen import naming
-from pgflow_gen.runtime.reconnecting import Link
+from pgflow_gen.runtime.reconnecting import Link, Outage
 from pgflow_gen.runtime.worker.session import Connector, Session
 
 #: A listener that heard nothing for this long checks that its session is alive.
@@ -35,11 +35,14 @@ async def listen(
     on_cancelled: Callable[[uuid.UUID], None] | None = None,
     on_reconnect: Callable[[str], None] | None = None,
     holds: Callable[[uuid.UUID], bool] = lambda _run_id: True,
+    outage: Outage | None = None,
 ) -> None:
     """Set `wake` on every insert into `queue`, and call `on_cancelled` with the id of every
     run the engine cancels while this worker `holds` tasks of it, until cancelled."""
     channel = naming.pgmq_insert_channel(queue)
-    link: Link[Session] = Link(connect, "notifications", log, on_reconnect=on_reconnect)
+    link: Link[Session] = Link(
+        connect, "notifications", log, on_reconnect=on_reconnect, outage=outage
+    )
     try:
         while True:
             session = await link.get()

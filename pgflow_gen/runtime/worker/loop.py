@@ -42,7 +42,7 @@ import psycopg
 from pgflow_gen.engine import roles
 from pgflow_gen.runtime import database, errors
 from pgflow_gen.runtime.claimed_task import ClaimedTask
-from pgflow_gen.runtime.reconnecting import Link, connection_lost, primary_message
+from pgflow_gen.runtime.reconnecting import Link, Outage, connection_lost, primary_message
 from pgflow_gen.runtime.worker.assignment import Assignment
 from pgflow_gen.runtime.worker.heartbeat import Heartbeat
 from pgflow_gen.runtime.worker.listener import listen
@@ -192,12 +192,17 @@ class WorkerLoop:
 
     async def _serve(self, first: Session) -> None:
         counted = self.metrics.reconnected
-        poll_link: Link[Session] = Link(self._connect, "polling", self.log, on_reconnect=counted)
+        outage = Outage(self.log)  # one line when the database goes, one when it is back
+        poll_link: Link[Session] = Link(
+            self._connect, "polling", self.log, on_reconnect=counted, outage=outage
+        )
         poll_link.adopt(first)
-        report_link: Link[Session] = Link(self._connect, "results", self.log, on_reconnect=counted)
+        report_link: Link[Session] = Link(
+            self._connect, "results", self.log, on_reconnect=counted, outage=outage
+        )
         beat_link: Link[Session] = Link(
             self._connect, "heartbeats", self.log, on_connect=self._register,
-            on_reconnect=counted,
+            on_reconnect=counted, outage=outage,
         )  # fmt: skip
         poller = Poller(
             slots=self.slots,
@@ -247,6 +252,7 @@ class WorkerLoop:
                             on_cancelled=self._run_cancelled,
                             on_reconnect=counted,
                             holds=self.slots.holds_run,
+                            outage=outage,
                         ),
                     )
                 )
