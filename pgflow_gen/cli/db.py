@@ -5,6 +5,7 @@ flow migrations (`apply`, `export`; flow_sql.py)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,9 @@ from pgflow_gen.cli import connecting, flow_sql
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli import project as project_module
 from pgflow_gen.cli.exits import EXIT_OK
-from pgflow_gen.engine import operator_statements
+from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.engine import roles as roles_module
-from pgflow_gen.errors import UsageError
+from pgflow_gen.errors import PgflowError, UsageError
 from pgflow_gen.runtime import database, migrations
 from pgflow_gen.runtime.sql import shipped
 
@@ -108,9 +109,33 @@ def _db_start(args: argparse.Namespace) -> int:
 
 
 def _db_stop(args: argparse.Namespace) -> int:
-    stopped = connecting.embedded_server().stop()
+    server = connecting.embedded_server()
+    live = _live_workers(server.url()) if server.is_running() else []
+    if live:
+        names = ", ".join(f"{w['function_name']} ({w['queue_name']})" for w in live[:LISTED])
+        more = f" and {len(live) - LISTED} more" if len(live) > LISTED else ""
+        print(
+            f"stopping it under {len(live)} live worker(s): {names}{more}; they wait for the"
+            " database and go on when it starts again (or stop them first)",
+            file=sys.stderr,
+        )
+    stopped = server.stop()
     print("stopped" if stopped else "not running")
     return EXIT_OK
+
+
+#: The live workers `db stop` names at most.
+LISTED = 5
+
+
+def _live_workers(url: str) -> list[dict[str, Any]]:
+    """The workers the engine calls live now; none when it cannot tell (no engine yet)."""
+    try:
+        with connecting.connect_to(url) as conn:
+            rows = conn.execute(statements.workers(support.version(conn)), (False,)).fetchall()
+    except (PgflowError, psycopg.Error):
+        return []
+    return [row for row in rows if row["state"] == "live"]
 
 
 def _db_url(args: argparse.Namespace) -> int:

@@ -3,12 +3,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pgflow_gen import cli
 from pgflow_gen.runtime import database, embedded, migrations
+from tests.engine import Engine
 
 
 def test_db_migrate_installs_pgmq_and_the_engine(
@@ -93,5 +96,38 @@ def test_a_command_from_a_subfolder_uses_the_project_roots_embedded_server(
         assert not embedded.project_base_dir(tmp_path / "app").exists()  # no second cluster
         again = db_url(tmp_path)
         assert (again.returncode, again.stdout, again.stderr) == (0, server.url() + "\n", "")
+    finally:
+        server.destroy()
+
+
+def test_db_stop_names_the_live_workers_it_stops_the_database_under(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.pgflow-gen]\nspecs = ["flows"]\n')
+    env = {k: v for k, v in os.environ.items() if k not in database.ENV_VARS}
+    server = embedded.EmbeddedServer.for_project(tmp_path)
+
+    def cli_in(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgflow_gen.cli", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    try:
+        assert cli_in("db", "migrate").returncode == 0
+        with psycopg.connect(server.url(), autocommit=True) as conn:
+            engine = Engine(conn)
+            engine.flow("orders", {"slug": "pay"})
+            engine.call("register_worker", uuid.uuid4(), "orders", "orders-pay", flow_slug="orders")
+            engine.call("register_worker", uuid.uuid4(), "orders", "gone", flow_slug="orders")
+            conn.execute(
+                "update pgflow.workers set stopped_at = now() where function_name = 'gone'"
+            )
+        stopped = cli_in("db", "stop")
+        assert (stopped.returncode, stopped.stdout) == (0, "stopped\n")
+        assert stopped.stderr == (
+            "stopping it under 1 live worker(s): orders-pay (orders); they wait for the database"
+            " and go on when it starts again (or stop them first)\n"
+        )
+        again = cli_in("db", "stop")
+        assert (again.returncode, again.stdout, again.stderr) == (0, "not running\n", "")
     finally:
         server.destroy()
