@@ -63,6 +63,9 @@ def create_app(
                 open=False,
                 timeout=POOL_TIMEOUT_S,
                 kwargs={"autocommit": True, "row_factory": dict_row},
+                # A connection the database dropped (a restart) is replaced before a page
+                # gets it: the first request after a restart succeeds.
+                check=psycopg_pool.AsyncConnectionPool.check_connection,
             )
         )
         await pool.open(wait=True, timeout=POOL_TIMEOUT_S)
