@@ -108,6 +108,8 @@ class DevLoop:
 
     def run(self) -> int:
         plan = self._build()
+        if plan is not None:
+            self.supervisor.expect(plan.commands)
         url = database.resolve_url(self.database_url, project=self.settings.project)
         self._say(f"database {database.redact(url)}")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -130,9 +132,14 @@ class DevLoop:
             for changes in self._watch():
                 self._changed({Path(path) for _, path in changes})
         finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-            statuses = self.supervisor.stop_all(STOP_GRACE_S)
+            # Ctrl-C again while the workers drain says what it waits for, and how long.
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, lambda *_: self._say(self.stopping_words()))
+            try:
+                statuses = self.supervisor.stop_all(STOP_GRACE_S)
+            finally:
+                for number, handler in previous.items():
+                    signal.signal(number, handler)
             summary = ", ".join(f"{name} {status}" for name, status in sorted(statuses.items()))
             self._say(f"stopped ({summary or 'no workers'})")
             shutil.rmtree(self.imports, ignore_errors=True)
@@ -213,6 +220,7 @@ class DevLoop:
     def _apply(self, plan: Plan) -> None:
         """Stop removed workers, restart changed ones, start new ones."""
         old, self.plan = self.plan, plan
+        self.supervisor.expect(plan.commands)
         self.supervisor.stop_all(STOP_GRACE_S, [n for n in old.commands if n not in plan.commands])
         changed = [
             name
@@ -259,6 +267,17 @@ class DevLoop:
 
     def _show(self, path: Path) -> str:
         return build_module.display_path(path, self.settings.project)
+
+    def stopping_words(self) -> str:
+        """What stopping waits for: "still stopping: waiting for hello-greet (its handlers
+        finish; killed in 7 s)"."""
+        names, left = self.supervisor.waiting_for()
+        if not names:
+            return "still stopping"
+        return (
+            f"still stopping: waiting for {', '.join(names)} (its handlers finish; killed in"
+            f" {left:.0f} s)"
+        )
 
     def _say(self, text: str) -> None:
         self.supervisor.say(text)

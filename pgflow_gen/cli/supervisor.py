@@ -55,16 +55,25 @@ class Supervisor:
         self.color = color
         self.width = 6
         self._children: dict[str, _Child] = {}
-        self._lock = threading.Lock()  # the output
+        # The output: reentrant, as a Ctrl-C while stopping prints from the signal handler.
+        self._lock = threading.RLock()
         self._state = threading.RLock()  # the children (relay threads restart crashed ones)
         self._colors_used = 0
         self._colors: dict[str, str] = {}
         self._crash_pause: dict[str, float] = {}
+        #: The processes `stop_all` waits for, and when it kills what is left of them.
+        self._stopping: list[_Child] = []
+        self._stop_deadline = 0.0
 
     @property
     def names(self) -> list[str]:
         with self._state:
             return list(self._children)
+
+    def expect(self, names: Iterable[str]) -> None:
+        """Make the prefix column wide enough for `names` (the Procfile's) before any of them
+        starts, so that every line keeps one width."""
+        self.width = max([self.width, *(len(name) for name in names)])
 
     def say(self, text: str, name: str = "dev") -> None:
         """Print the supervisor's own lines behind its prefix."""
@@ -119,7 +128,17 @@ class Supervisor:
                 child.stopping.set()
                 _signal_group(child, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        return {child.name: self._wait(child, deadline) for child in children}
+        self._stopping, self._stop_deadline = children, deadline
+        try:
+            return {child.name: self._wait(child, deadline) for child in children}
+        finally:
+            self._stopping = []
+
+    def waiting_for(self) -> tuple[list[str], float]:
+        """The processes `stop_all` still waits for (they finish what they run), and the
+        seconds before it kills them; ([], 0) when it waits for none."""
+        left = [child.name for child in self._stopping if child.popen.poll() is None]
+        return left, max(0.0, self._stop_deadline - time.monotonic()) if left else 0.0
 
     def restart(
         self,
@@ -173,8 +192,9 @@ class Supervisor:
     def _relay(self, child: _Child, color: str, env: Mapping[str, str]) -> None:
         popen = child.popen
         assert popen.stdout is not None
-        for raw in popen.stdout:
-            self._print(child.name, color, raw.decode(errors="replace").rstrip("\r\n"))
+        with popen.stdout:  # closed at its end: no pipe left open per restart
+            for raw in popen.stdout:
+                self._print(child.name, color, raw.decode(errors="replace").rstrip("\r\n"))
         status = popen.wait()
         if child.stopping.is_set():
             return
