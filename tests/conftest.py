@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from pgflow_gen.runtime import embedded, migrations
 from pgflow_gen.testing import clones
 from tests import roles as roles_fixture
 from tests.roles import Logins
@@ -68,3 +70,13 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 def logins(conn: psycopg.Connection[tuple[object, ...]], db_url: str) -> Iterator[Logins]:
     """The engine's group roles under this test's own prefix, with login roles in them."""
     yield from roles_fixture.logins_on(conn, db_url)
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[embedded.EmbeddedServer]:
+    """A migrated embedded server of this test's own, which the test may stop and start."""
+    server = embedded.EmbeddedServer.for_project(tmp_path / "project")
+    with psycopg.connect(server.ensure_started(), autocommit=True) as conn:
+        migrations.migrate(conn)
+    yield server
+    server.destroy()

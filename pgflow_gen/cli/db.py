@@ -115,8 +115,8 @@ def _db_stop(args: argparse.Namespace) -> int:
         names = ", ".join(f"{w['function_name']} ({w['queue_name']})" for w in live[:LISTED])
         more = f" and {len(live) - LISTED} more" if len(live) > LISTED else ""
         print(
-            f"stopping it under {len(live)} live worker(s): {names}{more}; they wait for the"
-            " database and go on when it starts again (or stop them first)",
+            f"stopping the database under {len(live)} live worker(s): {names}{more}; they wait"
+            " for it and go on when it starts again (or stop them first)",
             file=sys.stderr,
         )
     stopped = server.stop()

@@ -4,23 +4,10 @@ connection). A server of the test's own, stopped and started."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-import pytest
-
-from pgflow_gen.runtime import embedded, migrations
+from pgflow_gen.runtime import embedded
 from tests.dashboard.conftest import start_dashboard
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[embedded.EmbeddedServer]:
-    server = embedded.EmbeddedServer.for_project(tmp_path / "project")
-    with psycopg.connect(server.ensure_started(), autocommit=True) as conn:
-        migrations.migrate(conn)
-    yield server
-    server.destroy()
 
 
 def test_the_first_page_after_a_database_restart_is_served(

@@ -11,20 +11,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import Client, embedded, migrations
+from pgflow_gen.runtime import Client, embedded
 from pgflow_gen.runtime.errors import DatabaseError
 from tests.e2e.harness import Db, Workers, eventually
 from tests.e2e.project.app.pgflow import e2e_plain
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[embedded.EmbeddedServer]:
-    """A migrated server of this test's own, which the test may stop and start."""
-    server = embedded.EmbeddedServer.for_project(tmp_path / "project")
-    with psycopg.connect(server.ensure_started(), autocommit=True) as conn:
-        migrations.migrate(conn)
-    yield server
-    server.destroy()
 
 
 @pytest.fixture

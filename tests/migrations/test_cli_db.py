@@ -124,7 +124,7 @@ def test_db_stop_names_the_live_workers_it_stops_the_database_under(tmp_path: Pa
         stopped = cli_in("db", "stop")
         assert (stopped.returncode, stopped.stdout) == (0, "stopped\n")
         assert stopped.stderr == (
-            "stopping it under 1 live worker(s): orders-pay (orders); they wait for the database"
+            "stopping the database under 1 live worker(s): orders-pay (orders); they wait for it"
             " and go on when it starts again (or stop them first)\n"
         )
         again = cli_in("db", "stop")

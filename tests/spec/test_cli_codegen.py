@@ -199,15 +199,23 @@ steps:
 """
 
 
-def test_validate_check_handlers_imports_each_handler_and_names_the_near_match(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def priced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with the spec PRICED and a package `app` (its handler module written by the
+    test), as the current folder."""
     (tmp_path / "flows").mkdir()
     (tmp_path / "flows" / "priced.yaml").write_text(PRICED)
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").touch()
-    (tmp_path / "app" / "pricing.py").write_text("def price_lines(values, ctx):\n    return 1\n")
     monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_validate_check_handlers_imports_each_handler_and_names_the_near_match(
+    priced: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path = priced
+    (tmp_path / "app" / "pricing.py").write_text("def price_lines(values, ctx):\n    return 1\n")
     assert cli.main(["validate", "flows"]) == cli.EXIT_OK  # the spec alone is valid
     capsys.readouterr()
 
@@ -227,14 +235,9 @@ def test_validate_check_handlers_imports_each_handler_and_names_the_near_match(
 
 
 def test_check_handlers_says_to_build_when_a_handler_imports_code_not_generated_yet(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    priced: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "flows").mkdir()
-    (tmp_path / "flows" / "priced.yaml").write_text(PRICED)
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "__init__.py").touch()
-    (tmp_path / "app" / "pricing.py").write_text("from app.pgflow.priced import Steps\n")
-    monkeypatch.chdir(tmp_path)
+    (priced / "app" / "pricing.py").write_text("from app.pgflow.priced import Steps\n")
     assert cli.main(["validate", "flows", "--check-handlers"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "ModuleNotFoundError: No module named 'app.pgflow'" in err
