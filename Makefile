@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test check lint format pytest bench migration regen clean
+.PHONY: venv demo test check lint format pytest bench migration regen screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "pgflow-gen needs Python 3.11+"'
@@ -63,6 +63,10 @@ regen: venv
 	    (cd "$$example" && $(CURDIR)/$(BIN)/pgflow-gen build flows --out app/pgflow); \
 	  fi; \
 	done
+
+## screenshots: refresh docs/images/dashboard-*.png from the browser test (Debian's chromium)
+screenshots: venv
+	PGFLOW_SCREENSHOTS=docs/images $(BIN)/pytest -q tests/dashboard/test_browser.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist build

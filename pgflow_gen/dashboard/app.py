@@ -87,6 +87,7 @@ def create_app(
             Route("/runs", pages.runs),
             Route("/runs/{run_id}", pages.run),
             Route("/runs/{run_id}/events", live.run_events),
+            Route("/runs/{run_id}/input", pages.run_input),
             Route("/runs/{run_id}/steps/{step_slug}/output", pages.step_output),
             Route("/queues", pages.queues),
             Route("/workers", pages.workers),

@@ -10,14 +10,12 @@ import base64
 import binascii
 import datetime
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, LiteralString
 
 import psycopg
 
 from pgflow_gen import run_ids
-from pgflow_gen.dashboard import dag
 from pgflow_gen.engine import dashboard_statements, statements, support
 from pgflow_gen.runtime.client import limits_in_words, with_concurrency
 
@@ -190,6 +188,8 @@ class RunRow:
     retry_count: int
     cancel_reason: str | None
     failed_step: str | None
+    failed_error: str | None  # the first line of the failed step's error
+    waiting_signals: list[str]  # the signal steps a running run waits for
 
 
 @dataclass(frozen=True)
@@ -265,172 +265,6 @@ async def runs_page(
         row["flow_slug"] for row in await (await conn.execute(statements.FLOW_SLUGS)).fetchall()
     ]
     return RunsPage(rows=rows, filter=run_filter, flows=flows, older=older, newer=newer)
-
-
-# -- one run -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepView:
-    step_slug: str
-    step_index: int
-    step_type: str
-    queue_name: str
-    dependencies: tuple[str, ...]
-    status: str | None
-    max_attempts: int
-    timeout: int
-    attempts: int | None
-    tasks: int
-    queued: int
-    running: int
-    done: int
-    failed: int
-    created_at: datetime.datetime | None
-    started_at: datetime.datetime | None
-    completed_at: datetime.datetime | None
-    failed_at: datetime.datetime | None
-    skipped_at: datetime.datetime | None
-    skip_reason: str | None
-    step_error: str | None
-    output_head: str | None
-    output_length: int | None
-    error_task: int | None
-    error_message: str | None
-    error_at: datetime.datetime | None
-    paused: bool = False
-    #: Whether the run is still started: a step of a finished run waits for nothing.
-    run_active: bool = True
-
-    @property
-    def waiting_for_signal(self) -> bool:
-        return self.run_active and self.step_type == "signal" and self.status == "started"
-
-    @property
-    def state(self) -> str:
-        """The state that colours the step (a CSS class suffix)."""
-        if self.waiting_for_signal:
-            return "waiting"
-        return self.status or "created"
-
-    @property
-    def ended_at(self) -> datetime.datetime | None:
-        return self.completed_at or self.failed_at or self.skipped_at
-
-    @property
-    def output_truncated(self) -> bool:
-        return self.output_length is not None and self.output_length > len(self.output_head or "")
-
-    @property
-    def caption(self) -> str:
-        if self.waiting_for_signal:
-            return "waiting for a signal"
-        words = [self.status or "created"]
-        if self.step_type == "map" and self.tasks:
-            words.append(f"{self.done}/{self.tasks} tasks")
-        if self.attempts and self.attempts > 1:
-            words.append(f"{self.attempts} attempts")
-        if self.paused and self.status in (None, "created", "started"):
-            words.append("paused")
-        return ", ".join(words)
-
-
-@dataclass(frozen=True)
-class Event:
-    at: datetime.datetime
-    what: str
-    step_slug: str | None = None
-    detail: str | None = None
-
-
-@dataclass(frozen=True)
-class RunDetail:
-    run: dict[str, Any]
-    steps: list[StepView]
-    graph: dag.Graph
-    events: list[Event]
-    pauses: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.run["status"] == ACTIVE)
-
-    @property
-    def waiting_signals(self) -> list[str]:
-        return [step.step_slug for step in self.steps if step.waiting_for_signal]
-
-
-async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
-    """The run, its steps and its timeline; None when there is no such run."""
-    run = await (await conn.execute(dashboard_statements.RUN_SUMMARY, (run_id,))).fetchone()
-    if run is None:
-        return None
-    pauses = {
-        row["step_slug"]: row
-        for row in await (
-            await conn.execute(dashboard_statements.FLOW_PAUSES, (run["flow_slug"],))
-        ).fetchall()
-    }
-    details = await conn.execute(dashboard_statements.RUN_STEP_DETAILS, (run_id,))
-    steps = [
-        StepView(**{**row, "dependencies": tuple(row["dependencies"])},
-                 paused=row["step_slug"] in pauses, run_active=run["status"] == ACTIVE)
-        for row in await details.fetchall()
-    ]  # fmt: skip
-    signals = await (await conn.execute(dashboard_statements.RUN_SIGNALS, (run_id,))).fetchall()
-    actions = await (await conn.execute(dashboard_statements.RUN_ACTIONS, (run_id,))).fetchall()
-    graph = dag.layout([dag.Box(s.step_slug, s.dependencies, s.state, s.caption) for s in steps])
-    return RunDetail(
-        run=run, steps=steps, graph=graph, events=timeline(run, steps, signals, actions),
-        pauses=pauses,
-    )  # fmt: skip
-
-
-def timeline(
-    run: dict[str, Any],
-    steps: Sequence[StepView],
-    signals: Sequence[dict[str, Any]],
-    actions: Sequence[dict[str, Any]],
-) -> list[Event]:
-    """The run's events from the engine's timestamps (events are sent, not stored), the signals
-    it received and the operators' actions on it, oldest first."""
-    events = [Event(run["started_at"], "run started")]
-    for step in steps:
-        if step.started_at is not None:
-            what = "waits for a signal" if step.step_type == "signal" else "started"
-            events.append(Event(step.started_at, f"step {what}", step.step_slug))
-        if step.completed_at is not None:
-            events.append(Event(step.completed_at, "step completed", step.step_slug))
-        if step.failed_at is not None:
-            events.append(Event(step.failed_at, "step failed", step.step_slug,
-                                _first_line(step.step_error or step.error_message)))  # fmt: skip
-        if step.skipped_at is not None:
-            events.append(Event(step.skipped_at, "step skipped", step.step_slug, step.skip_reason))
-    for signal in signals:
-        events.append(Event(signal["received_at"], "signal received", signal["step_slug"]))
-    for action in actions:
-        detail = f"by {action['actor']}"
-        if action.get("label"):
-            detail += f" ({action['label']})"
-        if action["detail"]:
-            detail += f": {action['detail']}"
-        events.append(Event(action["acted_at"], f"{action['action']} (operator)",
-                            action["step_slug"], detail))  # fmt: skip
-    if run["retried_at"] is not None:
-        events.append(Event(run["retried_at"], f"run retried (retry {run['retry_count']})"))
-    for column, what in (("completed_at", "completed"), ("failed_at", "failed"),
-                         ("cancelled_at", "cancelled")):  # fmt: skip
-        if run[column] is not None:
-            reason = run["cancel_reason"] if column == "cancelled_at" else None
-            events.append(Event(run[column], f"run {what}", None, reason))
-    return sorted(events, key=lambda event: event.at)
-
-
-async def step_output(conn: Connection, run_id: uuid.UUID, step_slug: str) -> Any:
-    row = await (
-        await conn.execute(dashboard_statements.STEP_OUTPUT, (run_id, step_slug))
-    ).fetchone()
-    return None if row is None else row["output"]
 
 
 # -- workers -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgflow_gen.dashboard import data
+from pgflow_gen.dashboard import data, run_view
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
@@ -76,17 +76,26 @@ def _redirect_to_run(run_id: uuid.UUID) -> Response:
 async def run(request: Request) -> Response:
     run_id = run_id_of(request)
     async with request.app.state.pool.connection() as conn:
-        detail = await data.run_detail(conn, run_id)
+        detail = await run_view.run_detail(conn, run_id)
     if detail is None:
         raise HTTPException(404, f"No run {run_id} in this database (it may have been pruned).")
     template = "run_live.html" if request.query_params.get("fragment") else "run.html"
     return render(request, template, page="runs", detail=detail)
 
 
+async def run_input(request: Request) -> Response:
+    run_id = run_id_of(request)
+    async with request.app.state.pool.connection() as conn:
+        found, value = await run_view.run_input(conn, run_id)
+    if not found:
+        raise HTTPException(404, f"No run {run_id} in this database (it may have been pruned).")
+    return Response(json.dumps(value, indent=2, ensure_ascii=False), media_type="application/json")
+
+
 async def step_output(request: Request) -> Response:
     run_id = run_id_of(request)
     async with request.app.state.pool.connection() as conn:
-        output = await data.step_output(conn, run_id, request.path_params["step_slug"])
+        output = await run_view.step_output(conn, run_id, request.path_params["step_slug"])
     return Response(json.dumps(output, indent=2, ensure_ascii=False), media_type="application/json")
 
 

@@ -109,55 +109,70 @@ LIVE_WITHIN: Final[LiteralString] = (
 # -- workers -------------------------------------------------------------------------------------
 
 # -- runs ----------------------------------------------------------------------------------------
-#: ({flow, status, low, high, at, id, limit}; NULL filters: any) -> one page of runs, newest
-#: first, older than the cursor (at, id) when given (keyset pagination, never OFFSET: the index
-#: on start time and id reads one page), each with its first failed step; low and high bound
-#: the run ids that start with a searched prefix (the primary key finds them). Ask for one more
-#: than a page to know whether another follows.
-RUNS_OLDER: Final[LiteralString] = (
-    "select page.*, f.step_slug as failed_step from ("
+_RUNS_FILTERED: Final[LiteralString] = (
     "   select r.run_id, r.flow_slug, r.status, r.started_at, r.retry_count, r.cancel_reason,"
     "     coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended_at"
     "   from pgflow.runs as r"
     "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
     "     and (%(status)s::text is null or r.status = %(status)s)"
     "     and (%(low)s::uuid is null or r.run_id between %(low)s and %(high)s)"
-    "     and (%(at)s::timestamptz is null or (r.started_at, r.run_id) < (%(at)s, %(id)s))"
-    "   order by r.started_at desc, r.run_id desc limit %(limit)s"
-    " ) as page"
+)
+#: A page's runs with their first failed step and the first line of its error, and the signal
+#: steps a running run waits for.
+_RUNS_AND_WHY: Final[LiteralString] = (
     " left join lateral ("
-    "   select ss.step_slug from pgflow.step_states as ss"
+    "   select ss.step_slug, left(split_part(btrim(coalesce(ss.error_message, ("
+    "     select x.error_message from pgflow.step_tasks as x"
+    "     where x.run_id = ss.run_id and x.step_slug = ss.step_slug and x.status = 'failed'"
+    "     order by x.failed_at desc limit 1)), E' \\n'), E'\\n', 1), 200) as error_line"
+    "   from pgflow.step_states as ss"
     "   where ss.run_id = page.run_id and ss.status = 'failed' order by ss.failed_at limit 1"
     " ) as f on true"
+    " left join lateral ("
+    "   select array_agg(ss.step_slug order by ss.step_slug) as slugs"
+    "   from pgflow.step_states as ss join pgflow.steps as s"
+    "     on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
+    "   where page.status = 'started' and ss.run_id = page.run_id"
+    "     and s.step_type = 'signal' and ss.status = 'started'"
+    " ) as w on true"
     " order by page.started_at desc, page.run_id desc"
+)
+#: ({flow, status, low, high, at, id, limit}; NULL filters: any) -> one page of runs, newest
+#: first, older than the cursor (at, id) when given (keyset pagination, never OFFSET: the index
+#: on start time and id reads one page), each with its first failed step and that step's
+#: error's first line, and the signals it waits for; low and high bound the run ids that start
+#: with a searched prefix (the primary key finds them). Ask for one more than a page to know
+#: whether another follows.
+RUNS_OLDER: Final[LiteralString] = (
+    "select page.*, f.step_slug as failed_step, f.error_line as failed_error,"
+    " coalesce(w.slugs, '{}') as waiting_signals from ("
+    + _RUNS_FILTERED
+    + "     and (%(at)s::timestamptz is null or (r.started_at, r.run_id) < (%(at)s, %(id)s))"
+    "   order by r.started_at desc, r.run_id desc limit %(limit)s"
+    " ) as page" + _RUNS_AND_WHY
 )
 #: As RUNS_OLDER, but the page of runs newer than the cursor (the page before), newest first.
 RUNS_NEWER: Final[LiteralString] = (
-    "select page.*, f.step_slug as failed_step from ("
-    "   select r.run_id, r.flow_slug, r.status, r.started_at, r.retry_count, r.cancel_reason,"
-    "     coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended_at"
-    "   from pgflow.runs as r"
-    "   where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
-    "     and (%(status)s::text is null or r.status = %(status)s)"
-    "     and (%(low)s::uuid is null or r.run_id between %(low)s and %(high)s)"
-    "     and (r.started_at, r.run_id) > (%(at)s, %(id)s)"
+    "select page.*, f.step_slug as failed_step, f.error_line as failed_error,"
+    " coalesce(w.slugs, '{}') as waiting_signals from ("
+    + _RUNS_FILTERED
+    + "     and (r.started_at, r.run_id) > (%(at)s, %(id)s)"
     "   order by r.started_at, r.run_id limit %(limit)s"
-    " ) as page"
-    " left join lateral ("
-    "   select ss.step_slug from pgflow.step_states as ss"
-    "   where ss.run_id = page.run_id and ss.status = 'failed' order by ss.failed_at limit 1"
-    " ) as f on true"
-    " order by page.started_at desc, page.run_id desc"
+    " ) as page" + _RUNS_AND_WHY
 )
 
 # -- one run -------------------------------------------------------------------------------------
-#: (run id) -> the run, without its input and output, which the page does not show (a large
-#: input cost every view its size in time and memory; each step's output comes capped below).
+#: (run id) -> the run with its input capped: the first 2,000 characters and its whole length
+#: (a large input would cost every view its size in time and memory); each step's output comes
+#: capped below.
 RUN_SUMMARY: Final[LiteralString] = (
     "select run_id, flow_slug, status, remaining_steps, started_at, completed_at,"
-    " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at,"
+    " left(input::text, 2000) as input_head, length(input::text) as input_length"
     " from pgflow.runs where run_id = %s"
 )
+#: (run id) -> the run's whole input (no row: no such run).
+WHOLE_RUN_INPUT: Final[LiteralString] = "select input from pgflow.runs where run_id = %s"
 #: (run id) -> each step of the run's flow in step order, with its state, its dependencies, its
 #: tasks' counts and most attempts, its timings, its output (the first 2,000 characters, and
 #: its whole length) and the latest error of its tasks (the failed one, else the last retried).
@@ -167,6 +182,7 @@ RUN_STEP_DETAILS: Final[LiteralString] = (
     " coalesce(s.opt_timeout, f.opt_timeout) as timeout,"
     " coalesce((select array_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d"
     "   where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '{}') as dependencies,"
+    " s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet,"
     " ss.status, ss.skip_reason, ss.error_message as step_error,"
     " ss.created_at, ss.started_at, ss.completed_at, ss.failed_at,"
     " ss.skipped_at, left(ss.output::text, 2000) as output_head,"

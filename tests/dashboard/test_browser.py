@@ -82,6 +82,7 @@ def test_walk_through_every_page_read_only(
     define_showcase(db)
     run_id = finished_showcase(db)
     db.start(SHOWCASE, {"url": "https://example.org"})
+    order_id = waiting_order(db)
     db.compile("stepped", [{"slug": "first"}, {"slug": "second", "dependencies": ["first"]}])
     db.start("stepped")
     db.register("stepped__first")
@@ -94,8 +95,27 @@ def test_walk_through_every_page_read_only(
 
     page.get_by_role("link", name="Runs", exact=True).click()
     expect(page.locator("h1")).to_have_text("Runs")
-    expect(page.locator("tr[data-run]")).to_have_count(3)
+    expect(page.locator("tr[data-run]")).to_have_count(4)
+    expect(page.locator(f'tr[data-run="{order_id}"] .waiting')).to_have_text(
+        "waiting for a signal: approval"
+    )
+    expect(page.locator(f'tr[data-run="{run_id}"] td.why')).to_have_text(
+        "parse: ValueError: no table in the page"
+    )
     shots(page, "runs")
+
+    page.locator(f'tr[data-run="{order_id}"] a').click()
+    expect(page.locator('svg.dag g[data-step="approval"]')).to_have_attribute(
+        "data-state", "waiting"
+    )
+    expect(page.locator('svg.dag g[data-step="priceLines"] .caption')).to_have_text(
+        "completed, 3/3 tasks"
+    )
+    expect(page.locator('svg.dag g[data-step="notifyCustomer"] .condition')).to_have_text(
+        'if: {"approval":{"appro…'
+    )
+    shots(page, "run-graph")
+    page.go_back()
 
     page.locator(f'tr[data-run="{run_id}"] a').click()
     expect(page.locator("h1")).to_contain_text(str(run_id))
@@ -108,6 +128,8 @@ def test_walk_through_every_page_read_only(
     )
     assert colour == "rgb(199, 50, 43)"  # the stylesheet's red, so the style applied
     expect(page.locator("#step-parse .error pre")).to_contain_text("no table in the page")
+    expect(page.locator(".failure")).to_contain_text("Failed at parse: ValueError: no table")
+    expect(page.locator(".failure code")).to_have_text(f"pgflow-gen retry {str(run_id)[:8]}")
     expect(page.locator(".timeline li").last).to_contain_text("run failed")
     shots(page, "run")
 
@@ -127,6 +149,27 @@ def test_walk_through_every_page_read_only(
         expect(page.locator(".mode")).to_have_text("read-only")
 
 
+def waiting_order(db: Db) -> Any:
+    """The issue's order flow, half way: priced and stocked, waiting for its approval; charge
+    waits for validateOrder two columns back, and notifyCustomer has a condition."""
+    db.flow(
+        "orders",
+        {"slug": "validateOrder"},
+        {"slug": "reserveStock", "deps_slugs": ["validateOrder"]},
+        {"slug": "priceLines", "deps_slugs": ["validateOrder"], "step_type": "map"},
+        {"slug": "approval", "deps_slugs": ["reserveStock"], "step_type": "signal"},
+        {"slug": "charge", "deps_slugs": ["validateOrder", "priceLines", "approval"]},
+        {"slug": "notifyCustomer", "deps_slugs": ["charge", "approval"],
+         "required_input_pattern": {"approval": {"approved": True}}},
+    )  # fmt: skip
+    order_id = db.start("orders", {"order": 1042, "lines": ["tea", "cups", "pot"]})
+    [validate] = db.poll("orders")
+    db.complete(validate, ["tea", "cups", "pot"])
+    for task in db.poll("orders"):
+        db.complete(task, {"ok": True})
+    return order_id
+
+
 def test_a_running_run_updates_live(dashboard: Dashboard, db: Db, page: Page) -> None:
     define_showcase(db)
     run_id = db.start(SHOWCASE, {"url": "https://example.org"})
@@ -134,6 +177,11 @@ def test_a_running_run_updates_live(dashboard: Dashboard, db: Db, page: Page) ->
     fetch = page.locator('svg.dag g[data-step="fetch"]')
     expect(fetch).to_have_attribute("data-state", "started")
     expect(page.locator(".live-badge")).to_be_visible()
+    gap = page.evaluate(
+        "() => document.querySelector('.live-badge').getBoundingClientRect().left"
+        " - document.querySelector('.run-status .status').getBoundingClientRect().right"
+    )
+    assert gap >= 4  # a space between the status and the badge
     page.wait_for_function("document.getElementById('live').dataset.refreshes >= '1'")
 
     [task] = db.poll(SHOWCASE)

@@ -10,6 +10,7 @@ import json
 import re
 import uuid
 
+from pgflow_gen.dashboard.app import environment
 from tests.dashboard.conftest import SHOWCASE, Dashboard, define_showcase, finished_showcase
 from tests.e2e.harness import Db
 from tests.engine import WORKER_ID
@@ -31,7 +32,8 @@ def test_the_overview_lists_flows_with_their_runs_and_what_needs_attention(
     row = _row(page.body, f'data-flow="{SHOWCASE}"')
     assert re.search(r'data-status="failed".*?failed</span> 1<', row, re.S)
     assert re.search(r'data-status="started".*?started</span> 1<', row, re.S)
-    assert 'aria-label="tasks per minute, last hour: 2 in all"' in row  # fetch and parse
+    # fetch and parse, in one minute or two
+    assert re.search(r'aria-label="tasks per minute, last hour: 2 in all, at most [12] in a', row)
     attention = page.body.split('id="attention-heading"')[1].split("</section>")[0]
     assert "no live worker" in attention  # nothing serves the showcase queue
     assert "paused" in attention
@@ -65,6 +67,72 @@ def test_a_run_page_shows_each_step_its_state_error_output_and_timeline(
     assert order[-1] == "run failed"
     assert "step skipped" in order
     assert "step failed" in order
+
+
+def test_a_failed_run_says_at_the_top_which_step_failed_why_and_how_to_retry(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    run_id = finished_showcase(db)
+
+    page = dashboard.get(f"/runs/{run_id}")
+
+    summary = page.body.split('<div class="failure" role="alert">')[1].split("</div>")[0]
+    words = " ".join(re.sub(r"<[^>]+>", " ", summary).split())
+    assert words == (
+        "Failed at parse : ValueError: no table in the page"
+        f" To retry it from where it failed: pgflow-gen retry {str(run_id)[:8]}"
+    )
+    assert page.body.index('class="failure"') < page.body.index('class="run-facts"')
+    running = dashboard.get(f"/runs/{db.start(SHOWCASE, {'url': 'x'})}")
+    assert 'class="failure"' not in running.body
+
+
+def test_a_run_page_shows_the_input_cut_with_a_link_to_all_of_it(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.flow("big", {"slug": "make"})
+    small = db.start("big", {"name": "Ada"})
+    large = db.start("big", {"rows": [f"row {i}" for i in range(1000)]})
+
+    page = dashboard.get(f"/runs/{small}")
+    assert re.search(r'<dd class="input"><pre>{(&#34;|&quot;)name', page.body)
+    assert f'<a href="/runs/{small}/input">as JSON</a>' in page.body
+    page = dashboard.get(f"/runs/{large}")
+    length = len(db.value("select input::text from pgflow.runs where run_id = %s", large))
+    assert f"the whole input ({length:,} characters, JSON)" in page.body
+    head = page.body.split('<dd class="input"><pre>')[1].split("</pre>")[0]
+    assert head.endswith("…")
+    whole = dashboard.get(f"/runs/{large}/input", html=False)
+    assert whole.status == 200
+    assert json.loads(whole.body)["rows"][999] == "row 999"
+    missing = dashboard.get(f"/runs/{uuid.UUID(int=7)}/input", html=False)
+    assert missing.status == 404
+
+
+def test_the_graph_shows_conditions_and_map_counts(dashboard: Dashboard, db: Db) -> None:
+    db.flow(
+        "mapped",
+        {"slug": "list"},
+        {"slug": "each", "deps_slugs": ["list"], "step_type": "map"},
+        {"slug": "report", "deps_slugs": ["each"], "when_unmet": "fail",
+         "required_input_pattern": {"each": [1]}},
+    )  # fmt: skip
+    run_id = db.start("mapped")
+    before = dashboard.get(f"/runs/{run_id}")
+    assert _node(before.body, "each")["caption"] == "created, map"
+    [task] = db.poll("mapped")
+    db.complete(task, [1, 2, 3])
+    for task in db.poll("mapped", qty=2):
+        db.complete(task, 1)
+
+    page = dashboard.get(f"/runs/{run_id}")
+
+    assert _node(page.body, "each")["caption"] == "started, 2/3 tasks"
+    report = _node(page.body, "report")
+    assert report["condition"] == "if: {&#34;each&#34;:[1]}, when_…"  # cut to fit the box
+    assert (report["title"] or "").endswith("if: {&#34;each&#34;:[1]}, when_unmet: fail")
+    assert _node(page.body, "list")["condition"] is None
 
 
 def test_a_long_output_is_cut_with_a_link_to_all_of_it(dashboard: Dashboard, db: Db) -> None:
@@ -112,6 +180,24 @@ def test_runs_are_paged_by_keyset_without_skipping_or_repeating_a_run(
     assert newer is not None
     back = dashboard.get(newer[1].replace("&amp;", "&"))
     assert re.findall(r'<tr data-run="([0-9a-f-]{36})">', back.body) == seen[50:100]
+
+
+def test_the_runs_list_says_which_signal_a_run_waits_for_and_why_a_run_failed(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    failed = finished_showcase(db)
+    db.flow("gated", {"slug": "approval", "step_type": "signal"}, {"slug": "charge"})
+    waiting = db.start("gated")
+
+    page = dashboard.get("/runs")
+
+    row = _row(page.body, f'data-run="{waiting}"')
+    assert '<span class="waiting">waiting for a signal: approval</span>' in row
+    row = _row(page.body, f'data-run="{failed}"')
+    assert 'title="ValueError: no table in the page"' in row
+    assert "<code>parse</code>: ValueError: no table in the page</td>" in row
+    assert "Traceback" not in row
 
 
 def test_runs_filter_by_status_and_find_a_run_by_its_first_characters(
@@ -214,6 +300,22 @@ def _row(body: str, marker: str) -> str:
     return body[start : body.index("</tr>", start)]
 
 
+def _node(body: str, step: str) -> dict[str, str | None]:
+    """A step's box in the run page's graph: its tooltip, caption and condition line."""
+    start = body.index(f'data-step="{step}" data-state=')
+    box = body[start : body.index("</g>", start)]
+
+    def text(pattern: str) -> str | None:
+        found = re.search(pattern, box, re.S)
+        return found[1] if found else None
+
+    return {
+        "title": text(r"<title>(.*?)</title>"),
+        "caption": text(r'<text class="caption"[^>]*>(.*?)</text>'),
+        "condition": text(r'<text class="condition"[^>]*>(.*?)</text>'),
+    }
+
+
 def _section(body: str, step: str) -> str:
     start = body.index(f'<section class="step" id="step-{step}"')
     return body[start : body.index("</section>", start)]
@@ -264,3 +366,13 @@ def test_workers_stopped_long_ago_do_not_pile_up_on_the_workers_page(
         "00000000-0000-0000-0000-0000000000c2",
     ]
     assert 'href="/workers?all=1"' in dashboard.get("/workers").body
+
+
+def test_the_per_minute_chart_shows_a_quiet_minute_beside_a_burst() -> None:
+    chart = environment().get_template("_macros.html").module.per_minute  # type: ignore[attr-defined]
+    svg = str(chart([0] * 58 + [1, 1000]))
+    heights = [float(h) for h in re.findall(r'<rect [^>]*height="([\d.]+)"', svg)]
+    assert heights == [0] * 58 + [2, 30]  # the one task is still a bar; the burst is the top
+    assert "1,000 a minute at most" in svg
+    assert "60 min ago" in svg
+    assert "no task this hour" in str(chart([0] * 60))
