@@ -27,6 +27,7 @@ from pgflow_gen.cli.output import print_json
 from pgflow_gen.engine import operator_statements, refusals, statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors, input_examples, inputs
+from pgflow_gen.words import counted
 
 #: Runs per start_flows call (one transaction each).
 DEFAULT_CHUNK = 1000
@@ -133,11 +134,13 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
             "runs": started,
         })  # fmt: skip
         return EXIT_OK
-    said = f"started {created:,} run(s) of {args.flow_slug} from {len(todo):,} line(s)"
+    said = (
+        f"started {counted(created, 'run')} of {args.flow_slug} from {counted(len(todo), 'line')}"
+    )
     if len(started) > created:
         said += f"; {len(started) - created:,} had their key already and did not start again"
     if args.skip:
-        said += f" (skipped the first {args.skip:,} line(s))"
+        said += f" (skipped the first {counted(args.skip, 'line')})"
     print(f"{said} in {progress.elapsed():.1f} s")
     return EXIT_OK
 
@@ -164,7 +167,8 @@ def _parse(stream: TextIO, name: str, example: str | None) -> list[Line]:
             problems.append(f"line {number}: {exc.msg} (column {exc.colno})")
     if problems:
         raise UsageError(
-            f"{name}: {len(problems)} line(s) are not JSON; nothing was started.",
+            f"{name}: {counted(len(problems), 'line')}"
+            f" {'is' if len(problems) == 1 else 'are'} not JSON; nothing was started.",
             detail=_listed(problems),
             hint=f"Each line holds one run input, such as {example}."
             if example
@@ -187,7 +191,8 @@ def check_lines(flow_slug: str, schema: Any, lines: list[Line], name: str) -> No
             problems.append(f"line {line.number}: {exc.message}")
     if problems:
         raise UsageError(
-            f"{name}: {len(problems)} of {len(lines)} input(s) do not fit flow {flow_slug};"
+            f"{name}: {len(problems)} of {counted(len(lines), 'input')}"
+            f" {'does' if len(problems) == 1 else 'do'} not fit flow {flow_slug};"
             " nothing was started.",
             detail=_listed(problems),
             hint="`pgflow-gen flows` shows the flow's input schema.",
@@ -216,8 +221,8 @@ def _failed(
     return BulkStartError(
         f"Starting runs of {args.flow_slug} failed at line {first}: {exc}",
         detail=(
-            f"The runs of lines up to {done[-1]} started ({len(done):,} run(s)); none of line"
-            f" {first} on did."
+            f"The runs of lines up to {done[-1]} started ({counted(len(done), 'run')});"
+            f" none of line {first} on did."
             if done
             else "No run was started."
         ),

@@ -25,6 +25,7 @@ from pgflow_gen.cli.output import print_json, table
 from pgflow_gen.engine import operator_statements, refusals
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime.client import RetriedRun, operations
+from pgflow_gen.words import counted
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -197,8 +198,8 @@ def _confirm(verb: str, chosen: list[dict[str, Any]], when: str, because: str = 
     UsageError when there is no terminal to ask on, or the answer is not yes."""
     if not sys.stdin.isatty():
         raise UsageError(
-            f"{verb} would {verb} {len(chosen)} run(s) and asks first, but there is no terminal"
-            " to ask on.",
+            f"{verb} would {verb} {counted(len(chosen), 'run')} and asks first, but there is no"
+            " terminal to ask on.",
             hint=f"Pass --yes to {verb} without asking.",
         )
     table(
@@ -206,7 +207,8 @@ def _confirm(verb: str, chosen: list[dict[str, Any]], when: str, because: str = 
         ["run", "flow", when.removesuffix("_at")],
         sys.stderr,
     )
-    print(f"{verb} these {len(chosen)} run(s){because}? [y/N] ", end="", file=sys.stderr,
+    these = "this run" if len(chosen) == 1 else f"these {len(chosen):,} runs"
+    print(f"{verb} {these}{because}? [y/N] ", end="", file=sys.stderr,
           flush=True)  # fmt: skip
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         raise UsageError(f"Nothing was {'cancelled' if verb == 'cancel' else 'retried'}.")
@@ -301,7 +303,8 @@ def _resume(args: argparse.Namespace) -> int:
         print_json({"flow_slug": args.flow_slug, "step_slug": args.step_slug,
                     "was_paused": was_paused, "held_messages_shown": shown})  # fmt: skip
     elif was_paused:
-        print(f"resumed step {args.step_slug} of {args.flow_slug}: {shown} held task(s) can"
+        print(f"resumed step {args.step_slug} of {args.flow_slug}:"
+              f" {counted(shown, 'held task')} can"
               " start now")  # fmt: skip
     else:
         print(f"step {args.step_slug} of {args.flow_slug} was not paused; nothing changed")

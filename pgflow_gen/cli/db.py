@@ -20,6 +20,7 @@ from pgflow_gen.engine import roles as roles_module
 from pgflow_gen.errors import PgflowError, UsageError
 from pgflow_gen.runtime import database, migrations
 from pgflow_gen.runtime.sql import shipped
+from pgflow_gen.words import counted
 
 
 def register(commands: cli_parser.Commands) -> None:
@@ -115,7 +116,8 @@ def _db_stop(args: argparse.Namespace) -> int:
         names = ", ".join(f"{w['function_name']} ({w['queue_name']})" for w in live[:LISTED])
         more = f" and {len(live) - LISTED} more" if len(live) > LISTED else ""
         print(
-            f"stopping the database under {len(live)} live worker(s): {names}{more}; they wait"
+            f"stopping the database under {counted(len(live), 'live worker')}: {names}{more};"
+            " they wait"
             " for it and go on when it starts again (or stop them first)",
             file=sys.stderr,
         )
@@ -186,7 +188,7 @@ def _db_migrate(args: argparse.Namespace) -> int:
         names = roles_module.recorded(conn)
         if names is not None:
             roles_module.apply(conn, roles_module.group_statements(conn, names))
-    print(f"applied {len(done)} migration(s)" if done else "engine is up to date")
+    print(f"applied {counted(len(done), 'migration')}" if done else "engine is up to date")
     if names is not None:
         print(f"granted again: {', '.join(names.of(kind) for kind in roles_module.KINDS)}")
     return EXIT_OK

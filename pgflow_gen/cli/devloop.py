@@ -44,6 +44,7 @@ from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import database, migrations
 from pgflow_gen.runtime.worker import process as worker_module
 from pgflow_gen.spec import problems as problems_module
+from pgflow_gen.words import counted
 
 #: How long stopping workers may drain before they are killed.
 STOP_GRACE_S = 10.0
@@ -205,14 +206,14 @@ class DevLoop:
         except problems_module.SpecErrors as exc:
             for problem in exc.problems:
                 self._say(problem.render())
-            self._say(f"{len(exc.problems)} problem(s): the running workers keep running")
+            self._say(f"{counted(len(exc.problems), 'problem')}: the running workers keep running")
             return None
         except naming.FlowSpecError as exc:
             self._say(f"error: {exc}: the running workers keep running")
             return None
         outcome = build_module.apply(generated, settings.out, check=False)
         self._say(
-            f"built {len(files)} spec(s): {len(outcome.written)} written,"
+            f"built {counted(len(files), 'spec')}: {len(outcome.written)} written,"
             f" {len(outcome.removed)} removed, {outcome.unchanged} unchanged"
         )
         return _plan(generated)

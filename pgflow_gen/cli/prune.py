@@ -25,6 +25,7 @@ from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
 from pgflow_gen.engine import operator_statements
 from pgflow_gen.errors import UsageError
+from pgflow_gen.words import counted
 
 DEFAULT_BATCH = 10_000
 
@@ -89,9 +90,10 @@ def _prune(args: argparse.Namespace) -> int:
         print_json({**totals, "older_than_s": args.older_than.total_seconds()})
     else:
         print(
-            f"pruned {totals['runs']:,} finished run(s), {totals['archived_messages']:,} archived"
-            f" message(s) and {totals['workers']:,} silent worker(s) older than"
-            f" {_age(args.older_than)} in {totals['batches']:,} batch(es),"
+            f"pruned {counted(totals['runs'], 'finished run')},"
+            f" {counted(totals['archived_messages'], 'archived message')} and"
+            f" {counted(totals['workers'], 'silent worker')} older than"
+            f" {_age(args.older_than)} in {counted(totals['batches'], 'batch', 'batches')},"
             f" {progress.elapsed():.1f} s"
         )
     return EXIT_OK
@@ -106,17 +108,13 @@ def _dry_run(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]])
                     "older_than_s": args.older_than.total_seconds()})  # fmt: skip
         return EXIT_OK
     age = _age(args.older_than)
-    print(f"would prune {total:,} finished {_runs(total)} older than {age}, with their steps and"
+    print(f"would prune {counted(total, 'finished run')} older than {age}, with their steps and"
           " tasks" + (":" if rows else ""))  # fmt: skip
     if rows:
         table([(r["flow_slug"], r["status"], f"{r['runs']:,}") for r in rows],
               ["flow", "status", "runs"], sys.stdout)  # fmt: skip
     print(f"and the archived messages and silent workers older than {age}; nothing was deleted")
     return EXIT_OK
-
-
-def _runs(count: int) -> str:
-    return "run" if count == 1 else "runs"
 
 
 def _confirmed(found: dict[str, Any], older_than: datetime.timedelta) -> bool:
@@ -127,7 +125,7 @@ def _confirmed(found: dict[str, Any], older_than: datetime.timedelta) -> bool:
             hint="Pass --yes to prune without asking (as a scheduled job does).",
         )
     print(
-        f"{found['runs']:,} finished run(s) older than {_age(older_than)} (completed"
+        f"{counted(found['runs'], 'finished run')} older than {_age(older_than)} (completed"
         f" {found['completed']:,}, failed {found['failed']:,}, cancelled {found['cancelled']:,})"
         " will be deleted with their steps and tasks, and with them archived messages and"
         " silent workers older than that.",

@@ -17,6 +17,7 @@ from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
+from pgflow_gen.words import counted
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
 NOTE_CHARS = 80
@@ -164,7 +165,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"status:  {run['status']}{waits}")
     print(f"started: {cell(run['started_at'])}")
     if run.get("retry_count"):
-        print(f"retried: {run['retry_count']} time(s), last at {cell(run['retried_at'])}")
+        print(f"retried: {counted(run['retry_count'], 'time')}, last at {cell(run['retried_at'])}")
     finished = run["completed_at"] or run["failed_at"] or run.get("cancelled_at")
     if finished is not None:
         print(f"ended:   {cell(finished)}")
@@ -373,7 +374,7 @@ def _coverage(args: argparse.Namespace) -> int:
             sys.stdout,
         )  # fmt: skip
         print(
-            f"\n{len(rows) - len(uncovered)} of {len(rows)} route(s) covered"
+            f"\n{len(rows) - len(uncovered)} of {counted(len(rows), 'route')} covered"
             f" (heartbeat within {freshness:g} s)"
         )
     return EXIT_FAILURE if uncovered else EXIT_OK

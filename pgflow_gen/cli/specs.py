@@ -19,6 +19,7 @@ from pgflow_gen.codegen import handler_imports, origin, scaffold
 from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec import problems as problems_module
+from pgflow_gen.words import counted
 
 #: The help of the spec paths `validate`, `build` and `graph` take.
 PATHS_HELP = "spec files or folders of *.yaml (default: [tool.pgflow-gen] specs)"
@@ -149,9 +150,10 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(problem.render(), file=sys.stderr)
         if not problems:
-            print(f"{len(files)} spec file(s) valid")
+            print(f"{counted(len(files), 'spec file')} valid")
         else:
-            print(f"{len(problems)} problem(s) in {len(files)} file(s)", file=sys.stderr)
+            print(f"{counted(len(problems), 'problem')} in {counted(len(files), 'file')}",
+                  file=sys.stderr)  # fmt: skip
     return EXIT_OK if not problems else EXIT_USAGE
 
 
@@ -194,7 +196,8 @@ def _build(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_FAILURE
-        print(f"{outcome.unchanged} generated file(s) are current")
+        verb = "is" if outcome.unchanged == 1 else "are"
+        print(f"{counted(outcome.unchanged, 'generated file')} {verb} current")
         return EXIT_OK
     for path in outcome.written:
         print(f"wrote   {args.out / path}")

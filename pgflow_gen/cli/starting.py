@@ -25,6 +25,7 @@ from pgflow_gen.engine import statements
 from pgflow_gen.errors import PgflowError, UsageError
 from pgflow_gen.runtime import Client, Run, errors, input_examples
 from pgflow_gen.runtime import client as client_module
+from pgflow_gen.words import counted
 
 
 def start(args: argparse.Namespace) -> int:
@@ -235,7 +236,7 @@ def _warn_unserved(flow_slug: str, step: client_module.UnservedStep) -> None:
         else "start its worker (the generated entry file of the step; see the Procfile)"
     )
     print(
-        f'warning: step "{step.step_slug}" has {step.queued_tasks} queued task(s) and no live'
-        f" worker on queue {step.queue_name}; {how}",
+        f'warning: step "{step.step_slug}" has {counted(step.queued_tasks, "queued task")}'
+        f" and no live worker on queue {step.queue_name}; {how}",
         file=sys.stderr,
     )

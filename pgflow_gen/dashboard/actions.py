@@ -23,6 +23,7 @@ from pgflow_gen.dashboard import pages
 from pgflow_gen.engine import refusals
 from pgflow_gen.runtime import errors, sqlstate
 from pgflow_gen.runtime.client import operations
+from pgflow_gen.words import counted
 
 log = logging.getLogger("pgflow_gen.dashboard")
 
@@ -71,7 +72,7 @@ async def resume(request: Request) -> Response:
     await _checked_form(request)
 
     def said(held: int) -> str:
-        return f"Resumed step {step_slug} of {flow_slug}: {held} held task(s) can start."
+        return f"Resumed step {step_slug} of {flow_slug}: {counted(held, 'held task')} can start."
 
     action = operations.resume_step(flow_slug, step_slug)
     return await _perform(request, _came_from(request, "/queues"), action, said)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pgflow_gen import naming
+from pgflow_gen.words import counted
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,6 @@ class SpecErrors(naming.FlowSpecError):
         self.problems = tuple(problems)
         first = self.problems[0]
         super().__init__(
-            f"{len(self.problems)} problem(s) in {first.location.file}",
+            f"{counted(len(self.problems), 'problem')} in {first.location.file}",
             detail=first.render(),
         )

@@ -36,6 +36,7 @@ from pgflow_gen.runtime.worker.psycopg_session import PsycopgSession
 from pgflow_gen.runtime.worker.results import send_reports
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.runtime.worker.task_runner import Handler, run_task
+from pgflow_gen.words import counted
 
 log = logging.getLogger("pgflow_gen.testing")
 
@@ -163,10 +164,12 @@ class _Runner:
             if hurried or not await self._hurry(queues):
                 waiting = await self._waiting_signals()
                 if waiting:
+                    names = ", ".join(f'"{slug}"' for slug in waiting)
+                    steps = "step" if len(waiting) == 1 else "steps"
                     raise RunStuckError(
                         f"Run {self.run_id} of flow {self.flow.slug} waits for the signal of"
-                        f" step(s) {waiting}, which run_flow was not given.",
-                        hint=f"Pass signals={{...}} to run_flow with a payload for {waiting}.",
+                        f" {steps} {names}, which run_flow was not given.",
+                        hint=f"Pass signals={{...}} to run_flow with a payload for {names}.",
                     )
                 raise RunStuckError(
                     f"Run {self.run_id} of flow {self.flow.slug} is started, but none of its"
@@ -225,13 +228,13 @@ class _Runner:
             hurried += cursor.rowcount
         return hurried > 0
 
-    async def _waiting_signals(self) -> str:
+    async def _waiting_signals(self) -> list[str]:
         cursor = await self.conn.execute(client_statements.WAITING_SIGNALS, (self.run_id,))
-        return ", ".join(f'"{row[0]}"' for row in await cursor.fetchall())
+        return [row[0] for row in await cursor.fetchall()]
 
     async def _step_states(self) -> str:
         cursor = await self.conn.execute(worker_statements.STEP_STATES, (self.run_id,))
         return "\n".join(
-            f"step {slug}: {status}, {remaining} task(s) remaining"
+            f"step {slug}: {status}, {counted(remaining, 'task')} remaining"
             for slug, status, remaining in await cursor.fetchall()
         )

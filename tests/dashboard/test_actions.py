@@ -149,7 +149,7 @@ def test_pause_and_resume_a_step_from_the_queues_page(operator: Dashboard, db: D
     ]
     resumed = operator.post("/flows/stepped/steps/second/resume", {"csrf": token}, cookie=cookie)
     assert outcome(resumed.headers["location"]) == (
-        "Resumed step second of stepped: 0 held task(s) can start."
+        "Resumed step second of stepped: 0 held tasks can start."
     )
     assert db.value("select count(*) from pgflow.step_pauses") == 0
     actions = db.all(

@@ -32,7 +32,7 @@ def test_each_line_starts_a_run(
     code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, "--chunk", "2")
 
     assert (code, err) == (0, "")
-    assert out.startswith("started 3 run(s) of e2ePlain from 3 line(s) in ")
+    assert out.startswith("started 3 runs of e2ePlain from 3 lines in ")
     assert runs(plain) == [("Ada", None), ("Grace", None), ("Linus", None)]
     queued = plain.conn.execute("select count(*) from pgmq.q_e2eplain").fetchone()
     assert queued == (3,)
@@ -70,13 +70,13 @@ def test_bad_lines_are_listed_with_their_numbers_and_nothing_starts(
     path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": 7}', "not json", '{"name": "Linus"}')
     code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path)
     assert (code, out) == (2, "")
-    assert "1 line(s) are not JSON; nothing was started" in err
+    assert "1 line is not JSON; nothing was started" in err
     assert "line 3: Expecting value (column 1)" in err
 
     path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": 7}', "{}")
     code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path)
     assert (code, out) == (2, "")
-    assert "2 of 3 input(s) do not fit flow e2ePlain; nothing was started" in err
+    assert "2 of 3 inputs do not fit flow e2ePlain; nothing was started" in err
     assert "line 2: " in err
     assert "line 3: " in err
     assert "Traceback" not in err
@@ -89,7 +89,7 @@ def test_skip_resumes_after_the_lines_already_started(
     path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": "Grace"}', '{"name": "Linus"}')
     code, out, _ = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, "--skip", "2")
     assert code == 0
-    assert out.startswith("started 1 run(s) of e2ePlain from 1 line(s) (skipped the first 2")
+    assert out.startswith("started 1 run of e2ePlain from 1 line (skipped the first 2")
     assert runs(plain) == [("Linus", None)]
 
 

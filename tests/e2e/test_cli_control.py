@@ -103,7 +103,7 @@ def test_without_a_terminal_to_ask_on_nothing_is_cancelled(
     code, out, err = run_cli(capsys, db_url, "cancel", "--flow", "e2ePlain")
     assert (code, out) == (2, "")
     assert err.splitlines() == [
-        "error: cancel would cancel 1 run(s) and asks first, but there is no terminal to ask on.",
+        "error: cancel would cancel 1 run and asks first, but there is no terminal to ask on.",
         "HINT: Pass --yes to cancel without asking.",
     ]
     assert plain.run(run_id)["status"] == "started"
@@ -146,7 +146,7 @@ def test_on_a_terminal_it_shows_the_runs_and_asks(
     exit_code, text = answered(db_url, answer, "cancel", str(run_id), "--reason", "testing")
     assert exit_code == code, text
     assert str(run_id) in text.split("[y/N]")[0]
-    assert "cancel these 1 run(s) (testing)? [y/N] " in text
+    assert "cancel this run (testing)? [y/N] " in text
     tail = text.split("[y/N] ", 1)[1]
     if answer == "y":
         assert f"cancelled run {run_id} of e2ePlain" in tail

@@ -59,7 +59,7 @@ def test_coverage_counts_only_live_workers_and_each_route_once(
     workers.start("e2e_steps", "side").started()
     code, out = run_cli(capsys, db_url, "coverage")
     assert code == 0
-    assert "3 of 3 route(s) covered" in out
+    assert "3 of 3 routes covered" in out
     code, out = run_cli(capsys, db_url, "coverage", "--flow", "otherFlow")
     assert (code, out.splitlines()[0]) == (
         2,
@@ -271,7 +271,7 @@ def test_start_wait_says_at_once_which_step_has_no_worker_and_how_to_start_it(
     )
     assert code == 1
     assert (
-        'warning: step "second" has 1 queued task(s) and no live worker on queue'
+        'warning: step "second" has 1 queued task and no live worker on queue'
         " e2esteps__second; start it with"
         " `python -m app.pgflow.workers.e2e_steps.second`"
     ) in out

@@ -54,8 +54,8 @@ def test_prunes_finished_runs_older_than_the_age_in_batches_and_says_what_it_did
 
     assert (code, err) == (0, "")
     assert out.startswith(
-        "pruned 5 finished run(s), 0 archived message(s) and 0 silent worker(s) older than 7d in"
-        " 3 batch(es), "
+        "pruned 5 finished runs, 0 archived messages and 0 silent workers older than 7d in"
+        " 3 batches, "
     ), out
     assert left(plain) == {recent, running}
     assert not set(old) & {r[0] for r in plain.conn.execute("select run_id from pgflow.step_tasks")}
@@ -94,14 +94,13 @@ def test_on_a_terminal_it_says_what_will_go_and_asks(plain: Db, db_url: str, ans
     exit_code, text = answered(db_url, answer, "prune", "--older-than", "7d")
     assert exit_code == 0, text  # "no" is an answer, not an error
     question = text.split("[y/N]")[0]
-    assert (
-        "2 finished run(s) older than 7d (completed 1, failed 1, cancelled 0) will be deleted"
-        in (question)
+    assert "2 finished runs older than 7d (completed 1, failed 1, cancelled 0) will be deleted" in (
+        question
     )
     tail = text.split("[y/N] ", 1)[1]
     if answer == "y":
         assert "pruned 2/2 runs (100 %), 0 archived messages" in tail  # the progress line
-        assert "pruned 2 finished run(s)" in tail
+        assert "pruned 2 finished runs" in tail
         assert left(plain) == set()
     else:
         assert tail.splitlines()[-1] == "nothing pruned"  # after the echoed answer

@@ -110,7 +110,7 @@ def test_dev_runs_the_workers_restarts_them_on_a_change_and_stops_them_all(
     project: Path, dev: Dev, db_url: str
 ) -> None:
     dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
-    assert "built 1 spec(s): 9 written" in dev.log()
+    assert "built 1 spec: 9 written" in dev.log()
     assert start_and_wait(project, db_url) == 'completed: {"shout": "HELLO, ADA!"}'
     first = dev.pids()
 

@@ -54,7 +54,7 @@ def test_a_failed_run_retried_from_the_cli_runs_again_and_waits_for_its_signal(
     code, out, _ = run_cli(capsys, db_url, "status", str(run_id))
     assert code == 0
     assert "status:  started (waiting for a signal: approval)\n" in out
-    assert "retried: 1 time(s), last at " in out
+    assert "retried: 1 time, last at " in out
     [approval_line] = [line for line in out.splitlines() if line.startswith("approval ")]
     assert "waiting for a signal until " in approval_line
     assert f"pgflow-gen signal {run_id} approval --payload '<JSON>'" in out
@@ -129,7 +129,7 @@ def test_retry_by_flow_asks_nobody_with_yes_and_names_what_it_cannot_retry(
     running = approvals.start("e2eApprovals", {"gate": str(tmp_path)})  # waits for approval
     code, out, err = run_cli(capsys, db_url, "retry", "--flow", "e2eApprovals", "--format", "json")
     assert code == 2
-    assert "retry would retry 1 run(s) and asks first, but there is no terminal" in err
+    assert "retry would retry 1 run and asks first, but there is no terminal" in err
     code, out, _ = run_cli(
         capsys, db_url, "retry", "--flow", "e2eApprovals", "--failed-since", "1h", "--yes",
         "--format", "json",

@@ -163,7 +163,7 @@ def test_sigterm_drains_the_handler_in_flight_then_stops(
 ) -> None:
     first, run_id, gate = hold_first(workers, db, tmp_path)
     first.signal(signal.SIGTERM)
-    first.wait_for_log("received SIGTERM, draining 1 handler(s)")
+    first.wait_for_log("received SIGTERM, draining 1 handler")
     gate.touch()
     assert first.wait() == 0
     assert db.task(run_id, "first")["status"] == "completed"
@@ -244,12 +244,12 @@ def test_a_second_sigterm_ends_the_drain_at_once(workers: Workers, db: Db, tmp_p
     run_id = db.start("e2eSteps", {"n": 1, "gate": str(gate)})
     first.wait_for_log(f"waiting for gate {gate}")
     first.signal(signal.SIGTERM)
-    first.wait_for_log("draining 1 handler(s) for up to 600.0 s")
+    first.wait_for_log("draining 1 handler for up to 600.0 s")
     first.signal(signal.SIGTERM)
     assert first.wait() == 0  # within the harness deadline, far below the 600 s grace
     assert (
         "worker e2eSteps-first: received SIGTERM again, stopping without waiting for 1"
-        " handler(s); their tasks stay started and stall recovery will requeue them"
+        " handler; their tasks stay started and stall recovery will requeue them"
     ) in first.log()
     assert "after the grace period" not in first.log()
     assert db.task(run_id, "first")["status"] == "started"  # left to stall recovery

@@ -30,7 +30,7 @@ def test_db_migrate_honours_pgflow_database_url(
 ) -> None:
     monkeypatch.setenv("PGFLOW_DATABASE_URL", empty_db_url)
     assert cli.main(["db", "migrate", "--target", "0001"]) == cli.EXIT_OK
-    assert "applied 1 migration(s)" in capsys.readouterr().out
+    assert "applied 1 migration" in capsys.readouterr().out
 
 
 def test_db_status_lists_versions_and_migrations(
@@ -124,7 +124,7 @@ def test_db_stop_names_the_live_workers_it_stops_the_database_under(tmp_path: Pa
         stopped = cli_in("db", "stop")
         assert (stopped.returncode, stopped.stdout) == (0, "stopped\n")
         assert stopped.stderr == (
-            "stopping the database under 1 live worker(s): orders-pay (orders); they wait for it"
+            "stopping the database under 1 live worker: orders-pay (orders); they wait for it"
             " and go on when it starts again (or stop them first)\n"
         )
         again = cli_in("db", "stop")

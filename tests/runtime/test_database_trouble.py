@@ -225,7 +225,7 @@ def test_a_message_whose_run_was_deleted_is_archived_once_and_logged(
                 sql.SQL("delete from pgflow.{} where run_id = %s").format(sql.Identifier(table)),
                 (run_id,),
             )
-    archived = f"archived 1 message(s) in queue trouble__work, ids {msg_id}: their task no longer"
+    archived = f"archived 1 message in queue trouble__work, ids {msg_id}: their task no longer"
 
     with caplog.at_level(logging.INFO):
         serve(db_url, gates, lambda: eventually(lambda: archived in caplog.text, "the log"))

@@ -58,7 +58,7 @@ def test_run_flow_sends_the_signals_it_is_given(pgflow: FlowDatabase, flow: Any)
 def test_a_run_that_waits_for_a_signal_it_was_not_given_says_which(pgflow: FlowDatabase) -> None:
     with pytest.raises(RunStuckError) as stuck:
         pgflow.run_flow(REVIEW, handlers=HANDLERS, input={"topic": "owls"})
-    assert 'waits for the signal of step(s) "approval"' in stuck.value.message
+    assert 'waits for the signal of step "approval"' in stuck.value.message
     assert stuck.value.hint == 'Pass signals={...} to run_flow with a payload for "approval".'
 
 

@@ -238,7 +238,7 @@ def test_a_task_held_by_another_worker_is_reported_stuck(pgflow: FlowDatabase) -
 
     with pytest.raises(RunStuckError) as raised:
         pgflow.run_flow(held, handlers={"first": first, "later": first}, input=None)
-    assert "step later: started, 1 task(s) remaining" in (raised.value.detail or "")
+    assert "step later: started, 1 task remaining" in (raised.value.detail or "")
     assert raised.value.hint == "Is another worker running on this database?"
 
 

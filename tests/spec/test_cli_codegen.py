@@ -26,7 +26,7 @@ def test_validate_exits_0_for_valid_specs(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["validate", "flows"]) == cli.EXIT_OK
-    assert "1 spec file(s) valid" in capsys.readouterr().out
+    assert "1 spec file valid" in capsys.readouterr().out
 
 
 def test_validate_exits_2_and_reports_json(
@@ -226,7 +226,7 @@ def test_validate_check_handlers_imports_each_handler_and_names_the_near_match(
         ' "app.pricing:price_line" of step "priceLines" does not import: \'app.pricing\' has no'
         " attribute 'price_line'.",
         '  hint: Did you mean "price_lines"? Handler names are exact.',
-        "1 problem(s) in 1 file(s)",
+        "1 problem in 1 file",
     ]
     assert "app.pricing" not in sys.modules  # forgotten: the next import reads the file anew
 

@@ -283,7 +283,7 @@ def test_a_sigterm_while_the_worker_starts_stops_it_cleanly_without_connecting(
     with caplog.at_level(logging.INFO, logger="pgflow_gen.worker"):
         start_worker(FLOW, handlers=BOTH, database_url=url)
     assert "worker orders stopped before it started" in caplog.messages
-    assert "worker orders: received SIGTERM, draining 0 handler(s) for up to 30.0 s" in (
+    assert "worker orders: received SIGTERM, draining 0 handlers for up to 30.0 s" in (
         caplog.messages
     )
     assert _no_connection_attempted(listener)

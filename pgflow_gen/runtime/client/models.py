@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from pgflow_gen.engine import client_statements, statements
+from pgflow_gen.words import counted
 
 
 class RunSource(Protocol):
@@ -105,15 +106,6 @@ def limits_in_words(limits: Mapping[str, Any]) -> str:
     if not overrides_spec(limits):
         return words
     return f"{words or 'no limits'} ({override_in_words(limits)})"
-
-
-def counted(count: int, noun: str) -> str:
-    """A count with its noun in agreement.
-
-    >>> counted(1, "key"), counted(1_200, "task"), counted(0, "task")
-    ('1 key', '1,200 tasks', '0 tasks')
-    """
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def overrides_spec(limits: Mapping[str, Any]) -> bool:

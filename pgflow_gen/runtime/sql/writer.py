@@ -39,6 +39,7 @@ from psycopg import sql
 
 from pgflow_gen.runtime import embedded, errors, migrations
 from pgflow_gen.runtime.sql import catalog, shipped
+from pgflow_gen.words import counted
 
 BEGIN_HAND_WRITTEN = "-- BEGIN HAND-WRITTEN: tables and data, applied before the functions below."
 END_HAND_WRITTEN = "-- END HAND-WRITTEN"
@@ -329,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     _write(path, written.text)
     waiting.unlink(missing_ok=True)
-    print(f"{'rewrote' if existed else 'wrote'} {path}: {len(written.changes)} change(s)")
+    print(f"{'rewrote' if existed else 'wrote'} {path}: {counted(len(written.changes), 'change')}")
     for change in written.changes:
         print(f"  {change.name}")
     return 0

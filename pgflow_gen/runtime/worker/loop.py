@@ -56,6 +56,7 @@ from pgflow_gen.runtime.worker.session import Connector, Session
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.runtime.worker.slots import HANDLER_THREAD_PREFIX, Slots
 from pgflow_gen.runtime.worker.supervision import Supervisor
+from pgflow_gen.words import counted
 
 __all__ = ["HANDLER_THREAD_PREFIX", "Assignment", "WorkerLoop"]
 
@@ -284,7 +285,7 @@ class WorkerLoop:
     def _run_cancelled(self, run_id: uuid.UUID) -> None:
         stopping = self.slots.cancel_run(run_id)
         if stopping:
-            self.log.info("run %s was cancelled: stopping %d of its handler(s)", run_id, stopping)
+            self.log.info("run %s was cancelled: stopping %s", run_id, counted(stopping, "handler"))
 
     def _held(self, reporter: Reporter) -> list[ClaimedTask]:
         """The tasks whose leases the heartbeat renews: those of unsent results, unless sending
@@ -310,10 +311,10 @@ class WorkerLoop:
         await _cancel(reporting)
         if self.slots.reports:
             self.log.warning(
-                "worker %s: %d result(s) could not be sent before stopping; stall recovery"
+                "worker %s: %s could not be sent before stopping; stall recovery"
                 " will run those tasks again",
                 self.name,
-                len(self.slots.reports),
+                counted(len(self.slots.reports), "result"),
             )
 
     def _stop_for_failure(self, reason: str) -> None:
@@ -325,20 +326,20 @@ class WorkerLoop:
         """Stop polling; in-flight handlers get the grace period to finish."""
         if self._draining:
             self.log.warning(
-                "worker %s: %s again, stopping without waiting for %d handler(s); their tasks"
+                "worker %s: %s again, stopping without waiting for %s; their tasks"
                 " stay started and stall recovery will requeue them",
                 self.name,
                 reason,
-                len(self.slots.inflight),
+                counted(len(self.slots.inflight), "handler"),
             )
             self.slots.hurried = True
             self._deadline = time.monotonic()
         else:
             self.log.info(
-                "worker %s: %s, draining %d handler(s) for up to %.1f s",
+                "worker %s: %s, draining %s for up to %.1f s",
                 self.name,
                 reason,
-                len(self.slots.inflight),
+                counted(len(self.slots.inflight), "handler"),
                 self.settings.shutdown_grace,
             )
             self._draining = True

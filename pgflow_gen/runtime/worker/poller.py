@@ -25,6 +25,7 @@ from pgflow_gen.runtime.worker import results
 from pgflow_gen.runtime.worker.assignment import Assignment
 from pgflow_gen.runtime.worker.session import Claim, Session
 from pgflow_gen.runtime.worker.slots import Slots
+from pgflow_gen.words import counted
 
 #: How many held message ids the poller remembers, so that it logs each once.
 HELD_REMEMBERED = 10_000
@@ -184,9 +185,9 @@ class Poller:
             self.slots.start(task)
         if archived:
             self.log.warning(
-                "archived %d message(s) in queue %s, ids %s: their task no longer exists (its"
+                "archived %s in queue %s, ids %s: their task no longer exists (its"
                 " run was deleted or pruned), so they would come back after every lease",
-                len(archived),
+                counted(len(archived), "message"),
                 a.queue_name,
                 ", ".join(map(str, archived)),
             )
@@ -198,10 +199,10 @@ class Poller:
         if foreign:
             self.slots.metrics.unclaimed(len(foreign))
             self.log.warning(
-                "left %d message(s) in queue %s unclaimed, ids %s: no queued task of %s matches"
+                "left %s in queue %s unclaimed, ids %s: no queued task of %s matches"
                 " them (already started or finished, or not this flow's or step's); this worker"
                 " does not touch them",
-                len(foreign),
+                counted(len(foreign), "message"),
                 a.queue_name,
                 ", ".join(map(str, foreign)),
                 f"flow {a.flow.slug} step {a.step_slug}" if a.step_slug else f"flow {a.flow.slug}",
@@ -234,9 +235,9 @@ class Poller:
             self._held_seen.clear()
         self._held_seen.update(new)
         self.log.info(
-            "held %d message(s) in queue %s, ids %s: a step of flow %s is paused (`pgflow-gen"
+            "held %s in queue %s, ids %s: a step of flow %s is paused (`pgflow-gen"
             " coverage` shows which); they wait, using no attempt, until it is resumed",
-            len(new),
+            counted(len(new), "message"),
             self.assignment.queue_name,
             ", ".join(map(str, new[:10])) + (" ..." if len(new) > 10 else ""),
             self.assignment.flow.slug,

@@ -32,6 +32,7 @@ from pgflow_gen.runtime.worker.poller import Poller
 from pgflow_gen.runtime.worker.results import send_reports
 from pgflow_gen.runtime.worker.session import Session
 from pgflow_gen.runtime.worker.slots import Slots
+from pgflow_gen.words import counted
 
 #: How long a stopping worker tries to mark itself stopped.
 MARK_STOPPED_S = 3.0
@@ -129,8 +130,8 @@ class Reporter:
             self._failing = primary_message(exc)
             self._failing_since = time.monotonic()
             self.log.warning(
-                "sending %d result(s) failed (%s, SQLSTATE %s: %s); keeping them and trying again",
-                len(self.slots.reports),
+                "sending %s failed (%s, SQLSTATE %s: %s); keeping them and trying again",
+                counted(len(self.slots.reports), "result"),
                 kind.value,
                 exc.sqlstate or "none",
                 self._failing,
@@ -192,11 +193,13 @@ class Reporter:
             self.slots.wake_poll.set()  # sent results free their slots for the poller
         if self._failing is not None:
             self.log.info(
-                "results sent again after %d failed attempt(s) (%s)", self._retries, self._failing
+                "results sent again after %s (%s)",
+                counted(self._retries, "failed attempt"),
+                self._failing,
             )
         self._failing, self._retries, self._pause = None, 0, FIRST_RETRY_PAUSE_S
 
     async def _recover_stalled(self, session: Session) -> None:
         requeued = await session.requeue_stalled(SWEEP_TIMEOUT_S)
         if requeued:
-            self.log.info("requeued %d stalled task(s)", requeued)
+            self.log.info("requeued %s", counted(requeued, "stalled task"))

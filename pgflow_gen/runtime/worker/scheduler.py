@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 from pgflow_gen.engine import worker_statements
 from pgflow_gen.runtime.reconnecting import primary_message
 from pgflow_gen.runtime.worker import cron_slots
+from pgflow_gen.words import counted
 
 #: Advisory lock keys in namespace 2 (session.LOCK_NAMESPACE); 3 and 4 are taken.
 LOCK_NAMESPACE = 2
@@ -120,9 +121,10 @@ class Scheduler:
                 )  # fmt: skip
         if plan.passed_over:
             self.log.warning(
-                "schedule %s of flow %s passed over %s%d missed slot(s) (catch_up: %s)",
+                "schedule %s of flow %s passed over %s%s (catch_up: %s)",
                 schedule.name, schedule.flow_slug,
-                "at least " if plan.more_passed_over else "", plan.passed_over,
+                "at least " if plan.more_passed_over else "",
+                counted(plan.passed_over, "missed slot"),
                 schedule.catch_up,
             )  # fmt: skip
 

@@ -24,6 +24,7 @@ from pgflow_gen.runtime.worker.task_runner import (
     describe_failure,
     run_task,
 )
+from pgflow_gen.words import counted
 
 #: The name prefix of the threads that run synchronous handlers.
 HANDLER_THREAD_PREFIX = "pgflow-handler"
@@ -142,10 +143,10 @@ class Slots:
             task.cancel()
         if pending and not self.hurried:  # a second signal said so already
             self.log.warning(
-                "worker %s: %d handler(s) still running after the grace period; their tasks"
+                "worker %s: %s still running after the grace period; their tasks"
                 " stay started and stall recovery will requeue them",
                 self.name,
-                len(pending),
+                counted(len(pending), "handler"),
             )
 
     def close(self) -> None:
