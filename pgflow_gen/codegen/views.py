@@ -46,8 +46,10 @@ class StepView:
     @property
     def handler_typevar(self) -> str:
         """The private TypeVar bound to this step's Protocol, which its `Steps` decorator takes
-        and returns (so the decorated function keeps its own, precise type)."""
-        return f"_{self.handler_name}T"
+        and returns (so the decorated function keeps its own, precise type). mypy names it in
+        its error, so its name says what was expected: `Value of type variable
+        "_MustBeClassifyHandler" of "classify" of "Steps" cannot be "Callable[..., int]"`."""
+        return f"_MustBe{self.handler_name}"
 
     @property
     def handler_typevar_line(self) -> str:

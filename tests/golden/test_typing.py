@@ -101,3 +101,24 @@ def test_each_example_passes_mypy_strict(example: Path) -> None:
 def test_the_negative_snippets_target_an_example() -> None:
     assert set(NEGATIVE) <= set(EXAMPLES)
     assert set(NEGATIVE.values()) == set((ROOT / "tests" / "typing").glob("*.py"))
+
+
+@pytest.mark.slow
+def test_mypy_says_which_step_and_which_handler_type_a_decorated_handler_misses(
+    tmp_path: Path,
+) -> None:
+    snippet = tmp_path / "wrong_handler.py"
+    snippet.write_text(
+        "from app.pgflow.community_threads_v1 import Input, Steps\n"
+        "from pgflow_gen.runtime import Context\n\n\n"
+        "@Steps.deliver_slack\n"
+        "def notify(flow_input: Input, ctx: Context[Input], /) -> int:\n"
+        "    return 1\n"
+    )
+    result = mypy("--config-file", os.devnull, str(snippet), cwd=NEGATIVE_EXAMPLE,
+                  mypypath=NEGATIVE_EXAMPLE)  # fmt: skip
+    [error] = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert error.endswith(
+        'error: Value of type variable "_MustBeDeliverSlackHandler" of "deliver_slack" of'
+        ' "Steps" cannot be "Callable[[Input, Context[Input]], int]"  [type-var]'
+    ), error

@@ -103,9 +103,9 @@ class Handlers(TypedDict):
     three: ThreeHandler
 
 
-_OneHandlerT = TypeVar("_OneHandlerT", bound=OneHandler)
-_TwoHandlerT = TypeVar("_TwoHandlerT", bound=TwoHandler)
-_ThreeHandlerT = TypeVar("_ThreeHandlerT", bound=ThreeHandler)
+_MustBeOneHandler = TypeVar("_MustBeOneHandler", bound=OneHandler)
+_MustBeTwoHandler = TypeVar("_MustBeTwoHandler", bound=TwoHandler)
+_MustBeThreeHandler = TypeVar("_MustBeThreeHandler", bound=ThreeHandler)
 
 
 class Steps:
@@ -117,23 +117,23 @@ class Steps:
 
     @staticmethod
     def one(
-        handler: _OneHandlerT,
+        handler: _MustBeOneHandler,
         /,
-    ) -> _OneHandlerT:
+    ) -> _MustBeOneHandler:
         return handler
 
     @staticmethod
     def two(
-        handler: _TwoHandlerT,
+        handler: _MustBeTwoHandler,
         /,
-    ) -> _TwoHandlerT:
+    ) -> _MustBeTwoHandler:
         return handler
 
     @staticmethod
     def three(
-        handler: _ThreeHandlerT,
+        handler: _MustBeThreeHandler,
         /,
-    ) -> _ThreeHandlerT:
+    ) -> _MustBeThreeHandler:
         return handler
 
 

@@ -63,7 +63,7 @@ class Handlers(TypedDict):
     work: WorkHandler
 
 
-_WorkHandlerT = TypeVar("_WorkHandlerT", bound=WorkHandler)
+_MustBeWorkHandler = TypeVar("_MustBeWorkHandler", bound=WorkHandler)
 
 
 class Steps:
@@ -75,9 +75,9 @@ class Steps:
 
     @staticmethod
     def work(
-        handler: _WorkHandlerT,
+        handler: _MustBeWorkHandler,
         /,
-    ) -> _WorkHandlerT:
+    ) -> _MustBeWorkHandler:
         return handler
 
 

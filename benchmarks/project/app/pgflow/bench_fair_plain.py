@@ -62,7 +62,7 @@ class Handlers(TypedDict):
     work: WorkHandler
 
 
-_WorkHandlerT = TypeVar("_WorkHandlerT", bound=WorkHandler)
+_MustBeWorkHandler = TypeVar("_MustBeWorkHandler", bound=WorkHandler)
 
 
 class Steps:
@@ -74,9 +74,9 @@ class Steps:
 
     @staticmethod
     def work(
-        handler: _WorkHandlerT,
+        handler: _MustBeWorkHandler,
         /,
-    ) -> _WorkHandlerT:
+    ) -> _MustBeWorkHandler:
         return handler
 
 

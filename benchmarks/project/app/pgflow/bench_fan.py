@@ -104,9 +104,9 @@ class Handlers(TypedDict):
     total: TotalHandler
 
 
-_ItemsHandlerT = TypeVar("_ItemsHandlerT", bound=ItemsHandler)
-_EachHandlerT = TypeVar("_EachHandlerT", bound=EachHandler)
-_TotalHandlerT = TypeVar("_TotalHandlerT", bound=TotalHandler)
+_MustBeItemsHandler = TypeVar("_MustBeItemsHandler", bound=ItemsHandler)
+_MustBeEachHandler = TypeVar("_MustBeEachHandler", bound=EachHandler)
+_MustBeTotalHandler = TypeVar("_MustBeTotalHandler", bound=TotalHandler)
 
 
 class Steps:
@@ -118,23 +118,23 @@ class Steps:
 
     @staticmethod
     def items(
-        handler: _ItemsHandlerT,
+        handler: _MustBeItemsHandler,
         /,
-    ) -> _ItemsHandlerT:
+    ) -> _MustBeItemsHandler:
         return handler
 
     @staticmethod
     def each(
-        handler: _EachHandlerT,
+        handler: _MustBeEachHandler,
         /,
-    ) -> _EachHandlerT:
+    ) -> _MustBeEachHandler:
         return handler
 
     @staticmethod
     def total(
-        handler: _TotalHandlerT,
+        handler: _MustBeTotalHandler,
         /,
-    ) -> _TotalHandlerT:
+    ) -> _MustBeTotalHandler:
         return handler
 
 

@@ -61,7 +61,7 @@ class Handlers(TypedDict):
     flaky: FlakyHandler
 
 
-_FlakyHandlerT = TypeVar("_FlakyHandlerT", bound=FlakyHandler)
+_MustBeFlakyHandler = TypeVar("_MustBeFlakyHandler", bound=FlakyHandler)
 
 
 class Steps:
@@ -73,9 +73,9 @@ class Steps:
 
     @staticmethod
     def flaky(
-        handler: _FlakyHandlerT,
+        handler: _MustBeFlakyHandler,
         /,
-    ) -> _FlakyHandlerT:
+    ) -> _MustBeFlakyHandler:
         return handler
 
 

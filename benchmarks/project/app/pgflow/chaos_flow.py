@@ -121,10 +121,10 @@ class Handlers(TypedDict):
     join: JoinHandler
 
 
-_SplitHandlerT = TypeVar("_SplitHandlerT", bound=SplitHandler)
-_SquareHandlerT = TypeVar("_SquareHandlerT", bound=SquareHandler)
-_SideHandlerT = TypeVar("_SideHandlerT", bound=SideHandler)
-_JoinHandlerT = TypeVar("_JoinHandlerT", bound=JoinHandler)
+_MustBeSplitHandler = TypeVar("_MustBeSplitHandler", bound=SplitHandler)
+_MustBeSquareHandler = TypeVar("_MustBeSquareHandler", bound=SquareHandler)
+_MustBeSideHandler = TypeVar("_MustBeSideHandler", bound=SideHandler)
+_MustBeJoinHandler = TypeVar("_MustBeJoinHandler", bound=JoinHandler)
 
 
 class Steps:
@@ -136,30 +136,30 @@ class Steps:
 
     @staticmethod
     def split(
-        handler: _SplitHandlerT,
+        handler: _MustBeSplitHandler,
         /,
-    ) -> _SplitHandlerT:
+    ) -> _MustBeSplitHandler:
         return handler
 
     @staticmethod
     def square(
-        handler: _SquareHandlerT,
+        handler: _MustBeSquareHandler,
         /,
-    ) -> _SquareHandlerT:
+    ) -> _MustBeSquareHandler:
         return handler
 
     @staticmethod
     def side(
-        handler: _SideHandlerT,
+        handler: _MustBeSideHandler,
         /,
-    ) -> _SideHandlerT:
+    ) -> _MustBeSideHandler:
         return handler
 
     @staticmethod
     def join(
-        handler: _JoinHandlerT,
+        handler: _MustBeJoinHandler,
         /,
-    ) -> _JoinHandlerT:
+    ) -> _MustBeJoinHandler:
         return handler
 
 

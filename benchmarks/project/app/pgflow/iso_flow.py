@@ -79,8 +79,8 @@ class Handlers(TypedDict):
     fast: FastHandler
 
 
-_SlowHandlerT = TypeVar("_SlowHandlerT", bound=SlowHandler)
-_FastHandlerT = TypeVar("_FastHandlerT", bound=FastHandler)
+_MustBeSlowHandler = TypeVar("_MustBeSlowHandler", bound=SlowHandler)
+_MustBeFastHandler = TypeVar("_MustBeFastHandler", bound=FastHandler)
 
 
 class Steps:
@@ -92,16 +92,16 @@ class Steps:
 
     @staticmethod
     def slow(
-        handler: _SlowHandlerT,
+        handler: _MustBeSlowHandler,
         /,
-    ) -> _SlowHandlerT:
+    ) -> _MustBeSlowHandler:
         return handler
 
     @staticmethod
     def fast(
-        handler: _FastHandlerT,
+        handler: _MustBeFastHandler,
         /,
-    ) -> _FastHandlerT:
+    ) -> _MustBeFastHandler:
         return handler
 
 

@@ -131,10 +131,10 @@ class Handlers(TypedDict):
     thankHelpers: ThankHelpersHandler
 
 
-_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
-_DeliverSlackHandlerT = TypeVar("_DeliverSlackHandlerT", bound=DeliverSlackHandler)
-_ListHelpersHandlerT = TypeVar("_ListHelpersHandlerT", bound=ListHelpersHandler)
-_ThankHelpersHandlerT = TypeVar("_ThankHelpersHandlerT", bound=ThankHelpersHandler)
+_MustBeClassifyHandler = TypeVar("_MustBeClassifyHandler", bound=ClassifyHandler)
+_MustBeDeliverSlackHandler = TypeVar("_MustBeDeliverSlackHandler", bound=DeliverSlackHandler)
+_MustBeListHelpersHandler = TypeVar("_MustBeListHelpersHandler", bound=ListHelpersHandler)
+_MustBeThankHelpersHandler = TypeVar("_MustBeThankHelpersHandler", bound=ThankHelpersHandler)
 
 
 class Steps:
@@ -146,30 +146,30 @@ class Steps:
 
     @staticmethod
     def classify(
-        handler: _ClassifyHandlerT,
+        handler: _MustBeClassifyHandler,
         /,
-    ) -> _ClassifyHandlerT:
+    ) -> _MustBeClassifyHandler:
         return handler
 
     @staticmethod
     def deliver_slack(
-        handler: _DeliverSlackHandlerT,
+        handler: _MustBeDeliverSlackHandler,
         /,
-    ) -> _DeliverSlackHandlerT:
+    ) -> _MustBeDeliverSlackHandler:
         return handler
 
     @staticmethod
     def list_helpers(
-        handler: _ListHelpersHandlerT,
+        handler: _MustBeListHelpersHandler,
         /,
-    ) -> _ListHelpersHandlerT:
+    ) -> _MustBeListHelpersHandler:
         return handler
 
     @staticmethod
     def thank_helpers(
-        handler: _ThankHelpersHandlerT,
+        handler: _MustBeThankHelpersHandler,
         /,
-    ) -> _ThankHelpersHandlerT:
+    ) -> _MustBeThankHelpersHandler:
         return handler
 
 

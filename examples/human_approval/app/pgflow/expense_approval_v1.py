@@ -125,9 +125,9 @@ class Handlers(TypedDict):
     notifyEmployee: NotifyEmployeeHandler
 
 
-_CheckClaimHandlerT = TypeVar("_CheckClaimHandlerT", bound=CheckClaimHandler)
-_ReimburseHandlerT = TypeVar("_ReimburseHandlerT", bound=ReimburseHandler)
-_NotifyEmployeeHandlerT = TypeVar("_NotifyEmployeeHandlerT", bound=NotifyEmployeeHandler)
+_MustBeCheckClaimHandler = TypeVar("_MustBeCheckClaimHandler", bound=CheckClaimHandler)
+_MustBeReimburseHandler = TypeVar("_MustBeReimburseHandler", bound=ReimburseHandler)
+_MustBeNotifyEmployeeHandler = TypeVar("_MustBeNotifyEmployeeHandler", bound=NotifyEmployeeHandler)
 
 
 class Steps:
@@ -139,23 +139,23 @@ class Steps:
 
     @staticmethod
     def check_claim(
-        handler: _CheckClaimHandlerT,
+        handler: _MustBeCheckClaimHandler,
         /,
-    ) -> _CheckClaimHandlerT:
+    ) -> _MustBeCheckClaimHandler:
         return handler
 
     @staticmethod
     def reimburse(
-        handler: _ReimburseHandlerT,
+        handler: _MustBeReimburseHandler,
         /,
-    ) -> _ReimburseHandlerT:
+    ) -> _MustBeReimburseHandler:
         return handler
 
     @staticmethod
     def notify_employee(
-        handler: _NotifyEmployeeHandlerT,
+        handler: _MustBeNotifyEmployeeHandler,
         /,
-    ) -> _NotifyEmployeeHandlerT:
+    ) -> _MustBeNotifyEmployeeHandler:
         return handler
 
 

@@ -95,8 +95,8 @@ class Handlers(TypedDict):
     finish: FinishHandler
 
 
-_PrepareHandlerT = TypeVar("_PrepareHandlerT", bound=PrepareHandler)
-_FinishHandlerT = TypeVar("_FinishHandlerT", bound=FinishHandler)
+_MustBePrepareHandler = TypeVar("_MustBePrepareHandler", bound=PrepareHandler)
+_MustBeFinishHandler = TypeVar("_MustBeFinishHandler", bound=FinishHandler)
 
 
 class Steps:
@@ -108,16 +108,16 @@ class Steps:
 
     @staticmethod
     def prepare(
-        handler: _PrepareHandlerT,
+        handler: _MustBePrepareHandler,
         /,
-    ) -> _PrepareHandlerT:
+    ) -> _MustBePrepareHandler:
         return handler
 
     @staticmethod
     def finish(
-        handler: _FinishHandlerT,
+        handler: _MustBeFinishHandler,
         /,
-    ) -> _FinishHandlerT:
+    ) -> _MustBeFinishHandler:
         return handler
 
 

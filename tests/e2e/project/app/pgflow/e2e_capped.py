@@ -62,7 +62,7 @@ class Handlers(TypedDict):
     capped: CappedHandler
 
 
-_CappedHandlerT = TypeVar("_CappedHandlerT", bound=CappedHandler)
+_MustBeCappedHandler = TypeVar("_MustBeCappedHandler", bound=CappedHandler)
 
 
 class Steps:
@@ -74,9 +74,9 @@ class Steps:
 
     @staticmethod
     def capped(
-        handler: _CappedHandlerT,
+        handler: _MustBeCappedHandler,
         /,
-    ) -> _CappedHandlerT:
+    ) -> _MustBeCappedHandler:
         return handler
 
 

@@ -129,10 +129,10 @@ class Handlers(TypedDict):
     celebrate: CelebrateHandler
 
 
-_PickHandlerT = TypeVar("_PickHandlerT", bound=PickHandler)
-_NumbersHandlerT = TypeVar("_NumbersHandlerT", bound=NumbersHandler)
-_DoubleHandlerT = TypeVar("_DoubleHandlerT", bound=DoubleHandler)
-_CelebrateHandlerT = TypeVar("_CelebrateHandlerT", bound=CelebrateHandler)
+_MustBePickHandler = TypeVar("_MustBePickHandler", bound=PickHandler)
+_MustBeNumbersHandler = TypeVar("_MustBeNumbersHandler", bound=NumbersHandler)
+_MustBeDoubleHandler = TypeVar("_MustBeDoubleHandler", bound=DoubleHandler)
+_MustBeCelebrateHandler = TypeVar("_MustBeCelebrateHandler", bound=CelebrateHandler)
 
 
 class Steps:
@@ -144,30 +144,30 @@ class Steps:
 
     @staticmethod
     def pick(
-        handler: _PickHandlerT,
+        handler: _MustBePickHandler,
         /,
-    ) -> _PickHandlerT:
+    ) -> _MustBePickHandler:
         return handler
 
     @staticmethod
     def numbers(
-        handler: _NumbersHandlerT,
+        handler: _MustBeNumbersHandler,
         /,
-    ) -> _NumbersHandlerT:
+    ) -> _MustBeNumbersHandler:
         return handler
 
     @staticmethod
     def double(
-        handler: _DoubleHandlerT,
+        handler: _MustBeDoubleHandler,
         /,
-    ) -> _DoubleHandlerT:
+    ) -> _MustBeDoubleHandler:
         return handler
 
     @staticmethod
     def celebrate(
-        handler: _CelebrateHandlerT,
+        handler: _MustBeCelebrateHandler,
         /,
-    ) -> _CelebrateHandlerT:
+    ) -> _MustBeCelebrateHandler:
         return handler
 
 

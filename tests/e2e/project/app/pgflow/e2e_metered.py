@@ -62,7 +62,7 @@ class Handlers(TypedDict):
     metered: MeteredHandler
 
 
-_MeteredHandlerT = TypeVar("_MeteredHandlerT", bound=MeteredHandler)
+_MustBeMeteredHandler = TypeVar("_MustBeMeteredHandler", bound=MeteredHandler)
 
 
 class Steps:
@@ -74,9 +74,9 @@ class Steps:
 
     @staticmethod
     def metered(
-        handler: _MeteredHandlerT,
+        handler: _MustBeMeteredHandler,
         /,
-    ) -> _MeteredHandlerT:
+    ) -> _MustBeMeteredHandler:
         return handler
 
 

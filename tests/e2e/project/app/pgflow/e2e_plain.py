@@ -80,8 +80,8 @@ class Handlers(TypedDict):
     wrap_up: WrapUpHandler
 
 
-_ShoutHandlerT = TypeVar("_ShoutHandlerT", bound=ShoutHandler)
-_WrapUpHandlerT = TypeVar("_WrapUpHandlerT", bound=WrapUpHandler)
+_MustBeShoutHandler = TypeVar("_MustBeShoutHandler", bound=ShoutHandler)
+_MustBeWrapUpHandler = TypeVar("_MustBeWrapUpHandler", bound=WrapUpHandler)
 
 
 class Steps:
@@ -93,16 +93,16 @@ class Steps:
 
     @staticmethod
     def shout(
-        handler: _ShoutHandlerT,
+        handler: _MustBeShoutHandler,
         /,
-    ) -> _ShoutHandlerT:
+    ) -> _MustBeShoutHandler:
         return handler
 
     @staticmethod
     def wrap_up(
-        handler: _WrapUpHandlerT,
+        handler: _MustBeWrapUpHandler,
         /,
-    ) -> _WrapUpHandlerT:
+    ) -> _MustBeWrapUpHandler:
         return handler
 
 

@@ -59,7 +59,7 @@ class Handlers(TypedDict):
     tick: TickHandler
 
 
-_TickHandlerT = TypeVar("_TickHandlerT", bound=TickHandler)
+_MustBeTickHandler = TypeVar("_MustBeTickHandler", bound=TickHandler)
 
 
 class Steps:
@@ -71,9 +71,9 @@ class Steps:
 
     @staticmethod
     def tick(
-        handler: _TickHandlerT,
+        handler: _MustBeTickHandler,
         /,
-    ) -> _TickHandlerT:
+    ) -> _MustBeTickHandler:
         return handler
 
 

@@ -103,9 +103,9 @@ class Handlers(TypedDict):
     side: SideHandler
 
 
-_FirstHandlerT = TypeVar("_FirstHandlerT", bound=FirstHandler)
-_SecondHandlerT = TypeVar("_SecondHandlerT", bound=SecondHandler)
-_SideHandlerT = TypeVar("_SideHandlerT", bound=SideHandler)
+_MustBeFirstHandler = TypeVar("_MustBeFirstHandler", bound=FirstHandler)
+_MustBeSecondHandler = TypeVar("_MustBeSecondHandler", bound=SecondHandler)
+_MustBeSideHandler = TypeVar("_MustBeSideHandler", bound=SideHandler)
 
 
 class Steps:
@@ -117,23 +117,23 @@ class Steps:
 
     @staticmethod
     def first(
-        handler: _FirstHandlerT,
+        handler: _MustBeFirstHandler,
         /,
-    ) -> _FirstHandlerT:
+    ) -> _MustBeFirstHandler:
         return handler
 
     @staticmethod
     def second(
-        handler: _SecondHandlerT,
+        handler: _MustBeSecondHandler,
         /,
-    ) -> _SecondHandlerT:
+    ) -> _MustBeSecondHandler:
         return handler
 
     @staticmethod
     def side(
-        handler: _SideHandlerT,
+        handler: _MustBeSideHandler,
         /,
-    ) -> _SideHandlerT:
+    ) -> _MustBeSideHandler:
         return handler
 
 

@@ -77,8 +77,8 @@ class Handlers(TypedDict):
     slowAsync: SlowAsyncHandler
 
 
-_SlowSyncHandlerT = TypeVar("_SlowSyncHandlerT", bound=SlowSyncHandler)
-_SlowAsyncHandlerT = TypeVar("_SlowAsyncHandlerT", bound=SlowAsyncHandler)
+_MustBeSlowSyncHandler = TypeVar("_MustBeSlowSyncHandler", bound=SlowSyncHandler)
+_MustBeSlowAsyncHandler = TypeVar("_MustBeSlowAsyncHandler", bound=SlowAsyncHandler)
 
 
 class Steps:
@@ -90,16 +90,16 @@ class Steps:
 
     @staticmethod
     def slow_sync(
-        handler: _SlowSyncHandlerT,
+        handler: _MustBeSlowSyncHandler,
         /,
-    ) -> _SlowSyncHandlerT:
+    ) -> _MustBeSlowSyncHandler:
         return handler
 
     @staticmethod
     def slow_async(
-        handler: _SlowAsyncHandlerT,
+        handler: _MustBeSlowAsyncHandler,
         /,
-    ) -> _SlowAsyncHandlerT:
+    ) -> _MustBeSlowAsyncHandler:
         return handler
 
 

@@ -90,8 +90,8 @@ class Handlers(TypedDict):
     a10: A10Handler
 
 
-_A2HandlerT = TypeVar("_A2HandlerT", bound=A2Handler)
-_A10HandlerT = TypeVar("_A10HandlerT", bound=A10Handler)
+_MustBeA2Handler = TypeVar("_MustBeA2Handler", bound=A2Handler)
+_MustBeA10Handler = TypeVar("_MustBeA10Handler", bound=A10Handler)
 
 
 class Steps:
@@ -103,16 +103,16 @@ class Steps:
 
     @staticmethod
     def a2(
-        handler: _A2HandlerT,
+        handler: _MustBeA2Handler,
         /,
-    ) -> _A2HandlerT:
+    ) -> _MustBeA2Handler:
         return handler
 
     @staticmethod
     def a10(
-        handler: _A10HandlerT,
+        handler: _MustBeA10Handler,
         /,
-    ) -> _A10HandlerT:
+    ) -> _MustBeA10Handler:
         return handler
 
 

@@ -145,11 +145,11 @@ class Handlers(TypedDict):
     archive: ArchiveHandler
 
 
-_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
-_BillingHandlerT = TypeVar("_BillingHandlerT", bound=BillingHandler)
-_EscalateHandlerT = TypeVar("_EscalateHandlerT", bound=EscalateHandler)
-_PageOnCallHandlerT = TypeVar("_PageOnCallHandlerT", bound=PageOnCallHandler)
-_ArchiveHandlerT = TypeVar("_ArchiveHandlerT", bound=ArchiveHandler)
+_MustBeClassifyHandler = TypeVar("_MustBeClassifyHandler", bound=ClassifyHandler)
+_MustBeBillingHandler = TypeVar("_MustBeBillingHandler", bound=BillingHandler)
+_MustBeEscalateHandler = TypeVar("_MustBeEscalateHandler", bound=EscalateHandler)
+_MustBePageOnCallHandler = TypeVar("_MustBePageOnCallHandler", bound=PageOnCallHandler)
+_MustBeArchiveHandler = TypeVar("_MustBeArchiveHandler", bound=ArchiveHandler)
 
 
 class Steps:
@@ -161,37 +161,37 @@ class Steps:
 
     @staticmethod
     def classify(
-        handler: _ClassifyHandlerT,
+        handler: _MustBeClassifyHandler,
         /,
-    ) -> _ClassifyHandlerT:
+    ) -> _MustBeClassifyHandler:
         return handler
 
     @staticmethod
     def billing(
-        handler: _BillingHandlerT,
+        handler: _MustBeBillingHandler,
         /,
-    ) -> _BillingHandlerT:
+    ) -> _MustBeBillingHandler:
         return handler
 
     @staticmethod
     def escalate(
-        handler: _EscalateHandlerT,
+        handler: _MustBeEscalateHandler,
         /,
-    ) -> _EscalateHandlerT:
+    ) -> _MustBeEscalateHandler:
         return handler
 
     @staticmethod
     def page_on_call(
-        handler: _PageOnCallHandlerT,
+        handler: _MustBePageOnCallHandler,
         /,
-    ) -> _PageOnCallHandlerT:
+    ) -> _MustBePageOnCallHandler:
         return handler
 
     @staticmethod
     def archive(
-        handler: _ArchiveHandlerT,
+        handler: _MustBeArchiveHandler,
         /,
-    ) -> _ArchiveHandlerT:
+    ) -> _MustBeArchiveHandler:
         return handler
 
 

@@ -90,8 +90,8 @@ class Handlers(TypedDict):
     deliver: DeliverHandler
 
 
-_RenderHandlerT = TypeVar("_RenderHandlerT", bound=RenderHandler)
-_DeliverHandlerT = TypeVar("_DeliverHandlerT", bound=DeliverHandler)
+_MustBeRenderHandler = TypeVar("_MustBeRenderHandler", bound=RenderHandler)
+_MustBeDeliverHandler = TypeVar("_MustBeDeliverHandler", bound=DeliverHandler)
 
 
 class Steps:
@@ -103,16 +103,16 @@ class Steps:
 
     @staticmethod
     def render(
-        handler: _RenderHandlerT,
+        handler: _MustBeRenderHandler,
         /,
-    ) -> _RenderHandlerT:
+    ) -> _MustBeRenderHandler:
         return handler
 
     @staticmethod
     def deliver(
-        handler: _DeliverHandlerT,
+        handler: _MustBeDeliverHandler,
         /,
-    ) -> _DeliverHandlerT:
+    ) -> _MustBeDeliverHandler:
         return handler
 
 

@@ -113,10 +113,10 @@ class Handlers(TypedDict):
     fourth: FourthHandler
 
 
-_FirstHandlerT = TypeVar("_FirstHandlerT", bound=FirstHandler)
-_SecondHandlerT = TypeVar("_SecondHandlerT", bound=SecondHandler)
-_ThirdHandlerT = TypeVar("_ThirdHandlerT", bound=ThirdHandler)
-_FourthHandlerT = TypeVar("_FourthHandlerT", bound=FourthHandler)
+_MustBeFirstHandler = TypeVar("_MustBeFirstHandler", bound=FirstHandler)
+_MustBeSecondHandler = TypeVar("_MustBeSecondHandler", bound=SecondHandler)
+_MustBeThirdHandler = TypeVar("_MustBeThirdHandler", bound=ThirdHandler)
+_MustBeFourthHandler = TypeVar("_MustBeFourthHandler", bound=FourthHandler)
 
 
 class Steps:
@@ -128,30 +128,30 @@ class Steps:
 
     @staticmethod
     def first(
-        handler: _FirstHandlerT,
+        handler: _MustBeFirstHandler,
         /,
-    ) -> _FirstHandlerT:
+    ) -> _MustBeFirstHandler:
         return handler
 
     @staticmethod
     def second(
-        handler: _SecondHandlerT,
+        handler: _MustBeSecondHandler,
         /,
-    ) -> _SecondHandlerT:
+    ) -> _MustBeSecondHandler:
         return handler
 
     @staticmethod
     def third(
-        handler: _ThirdHandlerT,
+        handler: _MustBeThirdHandler,
         /,
-    ) -> _ThirdHandlerT:
+    ) -> _MustBeThirdHandler:
         return handler
 
     @staticmethod
     def fourth(
-        handler: _FourthHandlerT,
+        handler: _MustBeFourthHandler,
         /,
-    ) -> _FourthHandlerT:
+    ) -> _MustBeFourthHandler:
         return handler
 
 

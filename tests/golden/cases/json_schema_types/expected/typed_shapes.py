@@ -80,7 +80,7 @@ class Handlers(TypedDict):
     store: StoreHandler
 
 
-_StoreHandlerT = TypeVar("_StoreHandlerT", bound=StoreHandler)
+_MustBeStoreHandler = TypeVar("_MustBeStoreHandler", bound=StoreHandler)
 
 
 class Steps:
@@ -92,9 +92,9 @@ class Steps:
 
     @staticmethod
     def store(
-        handler: _StoreHandlerT,
+        handler: _MustBeStoreHandler,
         /,
-    ) -> _StoreHandlerT:
+    ) -> _MustBeStoreHandler:
         return handler
 
 

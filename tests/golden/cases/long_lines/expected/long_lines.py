@@ -142,11 +142,11 @@ class Handlers(TypedDict):
     numbers: NumbersHandler
 
 
-_ClassifyHandlerT = TypeVar("_ClassifyHandlerT", bound=ClassifyHandler)
-_DeliverToEveryConfiguredChannelHandlerT = TypeVar(
-    "_DeliverToEveryConfiguredChannelHandlerT", bound=DeliverToEveryConfiguredChannelHandler
+_MustBeClassifyHandler = TypeVar("_MustBeClassifyHandler", bound=ClassifyHandler)
+_MustBeDeliverToEveryConfiguredChannelHandler = TypeVar(
+    "_MustBeDeliverToEveryConfiguredChannelHandler", bound=DeliverToEveryConfiguredChannelHandler
 )
-_NumbersHandlerT = TypeVar("_NumbersHandlerT", bound=NumbersHandler)
+_MustBeNumbersHandler = TypeVar("_MustBeNumbersHandler", bound=NumbersHandler)
 
 
 class Steps:
@@ -158,23 +158,23 @@ class Steps:
 
     @staticmethod
     def classify(
-        handler: _ClassifyHandlerT,
+        handler: _MustBeClassifyHandler,
         /,
-    ) -> _ClassifyHandlerT:
+    ) -> _MustBeClassifyHandler:
         return handler
 
     @staticmethod
     def deliver_to_every_configured_channel(
-        handler: _DeliverToEveryConfiguredChannelHandlerT,
+        handler: _MustBeDeliverToEveryConfiguredChannelHandler,
         /,
-    ) -> _DeliverToEveryConfiguredChannelHandlerT:
+    ) -> _MustBeDeliverToEveryConfiguredChannelHandler:
         return handler
 
     @staticmethod
     def numbers(
-        handler: _NumbersHandlerT,
+        handler: _MustBeNumbersHandler,
         /,
-    ) -> _NumbersHandlerT:
+    ) -> _MustBeNumbersHandler:
         return handler
 
 

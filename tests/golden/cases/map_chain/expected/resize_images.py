@@ -111,9 +111,9 @@ class Handlers(TypedDict):
     report: ReportHandler
 
 
-_LoadHandlerT = TypeVar("_LoadHandlerT", bound=LoadHandler)
-_ResizeHandlerT = TypeVar("_ResizeHandlerT", bound=ResizeHandler)
-_ReportHandlerT = TypeVar("_ReportHandlerT", bound=ReportHandler)
+_MustBeLoadHandler = TypeVar("_MustBeLoadHandler", bound=LoadHandler)
+_MustBeResizeHandler = TypeVar("_MustBeResizeHandler", bound=ResizeHandler)
+_MustBeReportHandler = TypeVar("_MustBeReportHandler", bound=ReportHandler)
 
 
 class Steps:
@@ -125,23 +125,23 @@ class Steps:
 
     @staticmethod
     def load(
-        handler: _LoadHandlerT,
+        handler: _MustBeLoadHandler,
         /,
-    ) -> _LoadHandlerT:
+    ) -> _MustBeLoadHandler:
         return handler
 
     @staticmethod
     def resize(
-        handler: _ResizeHandlerT,
+        handler: _MustBeResizeHandler,
         /,
-    ) -> _ResizeHandlerT:
+    ) -> _MustBeResizeHandler:
         return handler
 
     @staticmethod
     def report(
-        handler: _ReportHandlerT,
+        handler: _MustBeReportHandler,
         /,
-    ) -> _ReportHandlerT:
+    ) -> _MustBeReportHandler:
         return handler
 
 

@@ -111,9 +111,9 @@ class Handlers(TypedDict):
     summarize: SummarizeHandler
 
 
-_FetchPagesHandlerT = TypeVar("_FetchPagesHandlerT", bound=FetchPagesHandler)
-_EnrichHandlerT = TypeVar("_EnrichHandlerT", bound=EnrichHandler)
-_SummarizeHandlerT = TypeVar("_SummarizeHandlerT", bound=SummarizeHandler)
+_MustBeFetchPagesHandler = TypeVar("_MustBeFetchPagesHandler", bound=FetchPagesHandler)
+_MustBeEnrichHandler = TypeVar("_MustBeEnrichHandler", bound=EnrichHandler)
+_MustBeSummarizeHandler = TypeVar("_MustBeSummarizeHandler", bound=SummarizeHandler)
 
 
 class Steps:
@@ -125,23 +125,23 @@ class Steps:
 
     @staticmethod
     def fetch_pages(
-        handler: _FetchPagesHandlerT,
+        handler: _MustBeFetchPagesHandler,
         /,
-    ) -> _FetchPagesHandlerT:
+    ) -> _MustBeFetchPagesHandler:
         return handler
 
     @staticmethod
     def enrich(
-        handler: _EnrichHandlerT,
+        handler: _MustBeEnrichHandler,
         /,
-    ) -> _EnrichHandlerT:
+    ) -> _MustBeEnrichHandler:
         return handler
 
     @staticmethod
     def summarize(
-        handler: _SummarizeHandlerT,
+        handler: _MustBeSummarizeHandler,
         /,
-    ) -> _SummarizeHandlerT:
+    ) -> _MustBeSummarizeHandler:
         return handler
 
 

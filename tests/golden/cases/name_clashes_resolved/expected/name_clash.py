@@ -243,13 +243,13 @@ Handlers = TypedDict(
 )
 
 
-_InputHandlerT = TypeVar("_InputHandlerT", bound=InputHandler)
-_EachHandlerT = TypeVar("_EachHandlerT", bound=EachHandler)
-_ClassHandlerT = TypeVar("_ClassHandlerT", bound=ClassHandler)
-_TypeHandlerT = TypeVar("_TypeHandlerT", bound=TypeHandler)
-_MatchHandlerT = TypeVar("_MatchHandlerT", bound=MatchHandler)
-_PrintHandlerT = TypeVar("_PrintHandlerT", bound=PrintHandler)
-_FromHandlerT = TypeVar("_FromHandlerT", bound=FromHandler)
+_MustBeInputHandler = TypeVar("_MustBeInputHandler", bound=InputHandler)
+_MustBeEachHandler = TypeVar("_MustBeEachHandler", bound=EachHandler)
+_MustBeClassHandler = TypeVar("_MustBeClassHandler", bound=ClassHandler)
+_MustBeTypeHandler = TypeVar("_MustBeTypeHandler", bound=TypeHandler)
+_MustBeMatchHandler = TypeVar("_MustBeMatchHandler", bound=MatchHandler)
+_MustBePrintHandler = TypeVar("_MustBePrintHandler", bound=PrintHandler)
+_MustBeFromHandler = TypeVar("_MustBeFromHandler", bound=FromHandler)
 
 
 class Steps:
@@ -261,51 +261,51 @@ class Steps:
 
     @staticmethod
     def input(
-        handler: _InputHandlerT,
+        handler: _MustBeInputHandler,
         /,
-    ) -> _InputHandlerT:
+    ) -> _MustBeInputHandler:
         return handler
 
     @staticmethod
     def each(
-        handler: _EachHandlerT,
+        handler: _MustBeEachHandler,
         /,
-    ) -> _EachHandlerT:
+    ) -> _MustBeEachHandler:
         return handler
 
     @staticmethod
     def class_(
-        handler: _ClassHandlerT,
+        handler: _MustBeClassHandler,
         /,
-    ) -> _ClassHandlerT:
+    ) -> _MustBeClassHandler:
         return handler
 
     @staticmethod
     def type(
-        handler: _TypeHandlerT,
+        handler: _MustBeTypeHandler,
         /,
-    ) -> _TypeHandlerT:
+    ) -> _MustBeTypeHandler:
         return handler
 
     @staticmethod
     def match(
-        handler: _MatchHandlerT,
+        handler: _MustBeMatchHandler,
         /,
-    ) -> _MatchHandlerT:
+    ) -> _MustBeMatchHandler:
         return handler
 
     @staticmethod
     def print(
-        handler: _PrintHandlerT,
+        handler: _MustBePrintHandler,
         /,
-    ) -> _PrintHandlerT:
+    ) -> _MustBePrintHandler:
         return handler
 
     @staticmethod
     def from_(
-        handler: _FromHandlerT,
+        handler: _MustBeFromHandler,
         /,
-    ) -> _FromHandlerT:
+    ) -> _MustBeFromHandler:
         return handler
 
 

@@ -84,8 +84,8 @@ class Handlers(TypedDict):
     greeting: GreetingHandler
 
 
-_FullNameHandlerT = TypeVar("_FullNameHandlerT", bound=FullNameHandler)
-_GreetingHandlerT = TypeVar("_GreetingHandlerT", bound=GreetingHandler)
+_MustBeFullNameHandler = TypeVar("_MustBeFullNameHandler", bound=FullNameHandler)
+_MustBeGreetingHandler = TypeVar("_MustBeGreetingHandler", bound=GreetingHandler)
 
 
 class Steps:
@@ -97,16 +97,16 @@ class Steps:
 
     @staticmethod
     def full_name(
-        handler: _FullNameHandlerT,
+        handler: _MustBeFullNameHandler,
         /,
-    ) -> _FullNameHandlerT:
+    ) -> _MustBeFullNameHandler:
         return handler
 
     @staticmethod
     def greeting(
-        handler: _GreetingHandlerT,
+        handler: _MustBeGreetingHandler,
         /,
-    ) -> _GreetingHandlerT:
+    ) -> _MustBeGreetingHandler:
         return handler
 
 

@@ -96,8 +96,8 @@ Handlers = TypedDict(
 )
 
 
-_ClassHandlerT = TypeVar("_ClassHandlerT", bound=ClassHandler)
-_LambdaStepHandlerT = TypeVar("_LambdaStepHandlerT", bound=LambdaStepHandler)
+_MustBeClassHandler = TypeVar("_MustBeClassHandler", bound=ClassHandler)
+_MustBeLambdaStepHandler = TypeVar("_MustBeLambdaStepHandler", bound=LambdaStepHandler)
 
 
 class Steps:
@@ -109,16 +109,16 @@ class Steps:
 
     @staticmethod
     def class_(
-        handler: _ClassHandlerT,
+        handler: _MustBeClassHandler,
         /,
-    ) -> _ClassHandlerT:
+    ) -> _MustBeClassHandler:
         return handler
 
     @staticmethod
     def lambda_step(
-        handler: _LambdaStepHandlerT,
+        handler: _MustBeLambdaStepHandler,
         /,
-    ) -> _LambdaStepHandlerT:
+    ) -> _MustBeLambdaStepHandler:
         return handler
 
 

@@ -133,9 +133,9 @@ class Handlers(TypedDict):
     perRow: PerRowHandler
 
 
-_EachHandlerT = TypeVar("_EachHandlerT", bound=EachHandler)
-_CollectHandlerT = TypeVar("_CollectHandlerT", bound=CollectHandler)
-_PerRowHandlerT = TypeVar("_PerRowHandlerT", bound=PerRowHandler)
+_MustBeEachHandler = TypeVar("_MustBeEachHandler", bound=EachHandler)
+_MustBeCollectHandler = TypeVar("_MustBeCollectHandler", bound=CollectHandler)
+_MustBePerRowHandler = TypeVar("_MustBePerRowHandler", bound=PerRowHandler)
 
 
 class Steps:
@@ -147,23 +147,23 @@ class Steps:
 
     @staticmethod
     def each(
-        handler: _EachHandlerT,
+        handler: _MustBeEachHandler,
         /,
-    ) -> _EachHandlerT:
+    ) -> _MustBeEachHandler:
         return handler
 
     @staticmethod
     def collect(
-        handler: _CollectHandlerT,
+        handler: _MustBeCollectHandler,
         /,
-    ) -> _CollectHandlerT:
+    ) -> _MustBeCollectHandler:
         return handler
 
     @staticmethod
     def per_row(
-        handler: _PerRowHandlerT,
+        handler: _MustBePerRowHandler,
         /,
-    ) -> _PerRowHandlerT:
+    ) -> _MustBePerRowHandler:
         return handler
 
 

@@ -63,7 +63,7 @@ class Handlers(TypedDict):
     build: BuildHandler
 
 
-_BuildHandlerT = TypeVar("_BuildHandlerT", bound=BuildHandler)
+_MustBeBuildHandler = TypeVar("_MustBeBuildHandler", bound=BuildHandler)
 
 
 class Steps:
@@ -75,9 +75,9 @@ class Steps:
 
     @staticmethod
     def build(
-        handler: _BuildHandlerT,
+        handler: _MustBeBuildHandler,
         /,
-    ) -> _BuildHandlerT:
+    ) -> _MustBeBuildHandler:
         return handler
 
 

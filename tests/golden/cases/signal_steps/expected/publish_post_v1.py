@@ -111,8 +111,8 @@ class Handlers(TypedDict):
     publish: PublishHandler
 
 
-_DraftHandlerT = TypeVar("_DraftHandlerT", bound=DraftHandler)
-_PublishHandlerT = TypeVar("_PublishHandlerT", bound=PublishHandler)
+_MustBeDraftHandler = TypeVar("_MustBeDraftHandler", bound=DraftHandler)
+_MustBePublishHandler = TypeVar("_MustBePublishHandler", bound=PublishHandler)
 
 
 class Steps:
@@ -124,16 +124,16 @@ class Steps:
 
     @staticmethod
     def draft(
-        handler: _DraftHandlerT,
+        handler: _MustBeDraftHandler,
         /,
-    ) -> _DraftHandlerT:
+    ) -> _MustBeDraftHandler:
         return handler
 
     @staticmethod
     def publish(
-        handler: _PublishHandlerT,
+        handler: _MustBePublishHandler,
         /,
-    ) -> _PublishHandlerT:
+    ) -> _MustBePublishHandler:
         return handler
 
 

@@ -91,8 +91,8 @@ class Handlers(TypedDict):
     store: StoreHandler
 
 
-_LookupHandlerT = TypeVar("_LookupHandlerT", bound=LookupHandler)
-_StoreHandlerT = TypeVar("_StoreHandlerT", bound=StoreHandler)
+_MustBeLookupHandler = TypeVar("_MustBeLookupHandler", bound=LookupHandler)
+_MustBeStoreHandler = TypeVar("_MustBeStoreHandler", bound=StoreHandler)
 
 
 class Steps:
@@ -104,16 +104,16 @@ class Steps:
 
     @staticmethod
     def lookup(
-        handler: _LookupHandlerT,
+        handler: _MustBeLookupHandler,
         /,
-    ) -> _LookupHandlerT:
+    ) -> _MustBeLookupHandler:
         return handler
 
     @staticmethod
     def store(
-        handler: _StoreHandlerT,
+        handler: _MustBeStoreHandler,
         /,
-    ) -> _StoreHandlerT:
+    ) -> _MustBeStoreHandler:
         return handler
 
 

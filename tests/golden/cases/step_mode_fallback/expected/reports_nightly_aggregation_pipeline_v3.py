@@ -102,11 +102,12 @@ class Handlers(TypedDict):
     publish: PublishHandler
 
 
-_LoadHandlerT = TypeVar("_LoadHandlerT", bound=LoadHandler)
-_AggregateEverythingAcrossAllTenantsHandlerT = TypeVar(
-    "_AggregateEverythingAcrossAllTenantsHandlerT", bound=AggregateEverythingAcrossAllTenantsHandler
+_MustBeLoadHandler = TypeVar("_MustBeLoadHandler", bound=LoadHandler)
+_MustBeAggregateEverythingAcrossAllTenantsHandler = TypeVar(
+    "_MustBeAggregateEverythingAcrossAllTenantsHandler",
+    bound=AggregateEverythingAcrossAllTenantsHandler,
 )
-_PublishHandlerT = TypeVar("_PublishHandlerT", bound=PublishHandler)
+_MustBePublishHandler = TypeVar("_MustBePublishHandler", bound=PublishHandler)
 
 
 class Steps:
@@ -118,23 +119,23 @@ class Steps:
 
     @staticmethod
     def load(
-        handler: _LoadHandlerT,
+        handler: _MustBeLoadHandler,
         /,
-    ) -> _LoadHandlerT:
+    ) -> _MustBeLoadHandler:
         return handler
 
     @staticmethod
     def aggregate_everything_across_all_tenants(
-        handler: _AggregateEverythingAcrossAllTenantsHandlerT,
+        handler: _MustBeAggregateEverythingAcrossAllTenantsHandler,
         /,
-    ) -> _AggregateEverythingAcrossAllTenantsHandlerT:
+    ) -> _MustBeAggregateEverythingAcrossAllTenantsHandler:
         return handler
 
     @staticmethod
     def publish(
-        handler: _PublishHandlerT,
+        handler: _MustBePublishHandler,
         /,
-    ) -> _PublishHandlerT:
+    ) -> _MustBePublishHandler:
         return handler
 
 
