@@ -207,6 +207,10 @@ def _build(args: argparse.Namespace) -> int:
         f"{len(outcome.written)} written, {len(outcome.removed)} removed,"
         f" {outcome.unchanged} unchanged"
     )
+    # With the generated code in place, a handler module that imports cleanly must hold its
+    # handler: a misspelt function name is a warning here, not a worker failing in a loop.
+    for problem in handler_imports.unimportable(loaded, project, cleanly_imported_only=True):
+        print(problem.render("warning"), file=sys.stderr)
     return EXIT_OK
 
 

@@ -56,9 +56,9 @@ class Problem:
             "hint": self.hint,
         }
 
-    def render(self) -> str:
+    def render(self, severity: str = "error") -> str:
         path = f" ({self.location.path})" if self.location.path else ""
-        lines = [f"{self.location}: error[{self.code}]{path}: {self.message}"]
+        lines = [f"{self.location}: {severity}[{self.code}]{path}: {self.message}"]
         if self.detail:
             lines.append(f"  detail: {self.detail}")
         if self.hint:

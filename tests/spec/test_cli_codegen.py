@@ -245,3 +245,43 @@ def test_check_handlers_says_to_build_when_a_handler_imports_code_not_generated_
         "  hint: The module imports 'app.pgflow', which is missing: if that is the generated" in err
     )
     assert "Traceback" not in err
+
+
+def test_build_warns_of_a_misspelt_handler_once_its_module_imports_the_new_code(
+    priced: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The module imports the code the build writes: build checks after writing it."""
+    (priced / "app" / "pricing.py").write_text(
+        "from app.pgflow.priced import Steps\n\n\ndef price_lines(values, ctx):\n    return 1\n"
+    )
+    assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_OK
+    captured = capsys.readouterr()
+    assert "wrote   app/pgflow/priced.py" in captured.out
+    assert captured.err.splitlines() == [
+        "flows/priced.yaml:5:5: warning[handler_not_importable] (steps[0].handler): The handler"
+        ' "app.pricing:price_line" of step "priceLines" does not import: \'app.pricing\' has no'
+        " attribute 'price_line'.",
+        '  hint: Did you mean "price_lines"? Handler names are exact.',
+    ]
+    assert "app.pricing" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "raise RuntimeError('needs the production settings')\n",  # does not import cleanly
+        "def price_line(values, ctx):\n    return 1\n",  # holds its handler
+        None,  # not written yet: the build's other warning says so
+    ],
+    ids=["fails-to-import", "right", "not-written"],
+)
+def test_build_says_nothing_of_handlers_that_do_not_import_cleanly_or_are_right(
+    priced: Path, capsys: pytest.CaptureFixture[str], module: str | None
+) -> None:
+    if module is not None:
+        (priced / "app" / "pricing.py").write_text(module)
+    assert cli.main(["build", "flows", "--out", "app/pgflow"]) == cli.EXIT_OK
+    err = capsys.readouterr().err
+    assert "handler_not_importable" not in err
+    assert "Traceback" not in err
+    assert ("is not found under" in err) == (module is None)
