@@ -24,7 +24,6 @@ Connection = psycopg.AsyncConnection[dict[str, Any]]
 PAGE_SIZE = 50
 BACKLOG_AGE_S = 30  # a step's backlog "grows" once its oldest waiting task waited this long
 RUN_STATUSES = ("started", "completed", "failed", "cancelled")
-ACTIVE = "started"
 
 
 class BadCursorError(ValueError):
@@ -284,7 +283,3 @@ async def _one(conn: Connection, query: LiteralString) -> dict[str, Any]:
     row = await (await conn.execute(query)).fetchone()
     assert row is not None, query
     return row
-
-
-def _first_line(text: str | None) -> str | None:
-    return text.strip().splitlines()[0] if text and text.strip() else None
