@@ -23,7 +23,7 @@ class Compilation(NamedTuple):
     """What compiling a flow did, for the log."""
 
     #: The engine's status (`compiled`, `verified`, `recompiled`), with what changed when
-    #: something did (`verified; options updated: ...`, `recompiled: 6 run(s) deleted`).
+    #: something did (`verified; options updated: ...`, `recompiled: 6 runs deleted`).
     summary: str
     #: The database kept a newer description of the flow (options, input schema) than this
     #: worker's, an older spec (engine 0009): worth a warning.
@@ -100,7 +100,7 @@ async def compile_flow(
             differences=tuple(result.get("differences", [])),
         )
     # What a person needs to know: "verified", or what changed ("verified; options updated:
-    # step \"fetch\" timeout 60 -> 30", "recompiled: 6 run(s) deleted") since engine 0008.
+    # step \"fetch\" timeout 60 -> 30", "recompiled: 6 runs deleted") since engine 0008.
     return Compilation(str(result.get("summary") or status), bool(result.get("descriptionKept")))
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.engine import Engine
 from tests.sql.ensure_flow_compiled.test_ensure_flow_compiled import ensure, local, step
 
@@ -104,11 +106,14 @@ def test_an_attempt_in_flight_keeps_the_timeout_it_was_claimed_with(engine: Engi
     assert engine.value("select pgflow.requeue_stalled_tasks()") == 1
 
 
-def test_a_local_recompile_says_how_many_runs_it_deleted(engine: Engine) -> None:
+@pytest.mark.parametrize(("runs", "said"), [(3, "3 runs"), (1, "1 run")])
+def test_a_local_recompile_says_how_many_runs_it_deleted(
+    engine: Engine, runs: int, said: str
+) -> None:
     ensure(engine, shape({"timeout": 60}))
-    for _ in range(3):
+    for _ in range(runs):
         engine.start("shaped")
     local(engine)
     result = ensure(engine, {"steps": [step("only")], "options": {}})
-    assert (result["status"], result["deletedRuns"]) == ("recompiled", 3)
-    assert result["summary"] == "recompiled: 3 run(s) deleted"
+    assert (result["status"], result["deletedRuns"]) == ("recompiled", runs)
+    assert result["summary"] == f"recompiled: {said} deleted"

@@ -7,7 +7,7 @@
 -- when the flow is compiled or recompiled, and when it is verified unless the description is an
 -- older one (_adopt_flow_description: "descriptionKept"); "optionsUpdated" lists the options it
 -- changed. A result may carry a "summary" for people: what changed ("verified; options updated:
--- ...", "recompiled: 6 run(s) deleted", "verified; kept the options and input schema adopted
+-- ...", "recompiled: 6 runs deleted", "verified; kept the options and input schema adopted
 -- at ...").
 -- Takes the flow's definition lock; any failure rolls back everything. An admin's function (it
 -- writes definitions); a worker without it verifies (pgflow.verify_flow_compiled).
@@ -93,7 +93,8 @@ begin
     perform pgflow._adopt_flow_description(flow_slug, shape);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
       'differences', to_jsonb(v_differences), 'deletedRuns', v_deleted_runs,
-      'summary', format('recompiled: %s run(s) deleted', v_deleted_runs));
+      'summary', format('recompiled: %s %s deleted', v_deleted_runs,
+        case when v_deleted_runs = 1 then 'run' else 'runs' end));
   end if;
   return jsonb_build_object('status', 'mismatch', 'mismatchKind', v_kind,
     'differences', to_jsonb(v_differences));
