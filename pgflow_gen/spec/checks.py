@@ -287,6 +287,18 @@ def _dependency_problems(
             )
         elif step.array is not None and not dependencies:
             dependencies = [step.array]
+        mapped = spec.steps[index_of[step.array]] if step.array in index_of else None
+        declared = mapped.output.type if mapped is not None and mapped.output else None
+        if declared is not None and declared != "array" and "array" not in declared:
+            yield problem(
+                "map_array_not_array",
+                f'Map step "{step.slug}" maps the output of "{step.array}", which is not an array.',
+                (*keys, "array"),
+                detail=f'The output type of "{step.array}" is {declared}.',
+                hint=f'Map a step whose output is "type: array", or declare "{step.array}"\'s'
+                " output as the array to map.",
+                step=index,
+            )
         if step.array is None and not step.depends_on:
             input_type = spec.input.type if spec.input is not None else None
             if spec.input is not None and input_type != "array":
