@@ -48,6 +48,9 @@ from pgflow_gen.words import counted
 
 #: How long stopping workers may drain before they are killed.
 STOP_GRACE_S = 10.0
+#: The drain `dev` starts its workers with (PGFLOW_SHUTDOWN_GRACE, unless set already): within
+#: STOP_GRACE_S, so a worker says how long it drains truly and gives up before it is killed.
+WORKER_GRACE_S = 8.0
 #: Folders never watched.
 _IGNORED_DIRS = {".git", ".venv", "venv", ".pgflow", "__pycache__", ".mypy_cache",
                  ".pytest_cache", ".ruff_cache", "node_modules"}  # fmt: skip
@@ -109,8 +112,6 @@ class DevLoop:
 
     def run(self) -> int:
         plan = self._build()
-        if plan is not None:
-            self.supervisor.expect(plan.commands)
         url = database.resolve_url(self.database_url, project=self.settings.project)
         self._say(f"database {database.redact(url)}")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -212,11 +213,13 @@ class DevLoop:
             self._say(f"error: {exc}: the running workers keep running")
             return None
         outcome = build_module.apply(generated, settings.out, check=False)
+        plan = _plan(generated)
+        self.supervisor.expect(plan.commands)  # the prefix's width, before its first line
         self._say(
             f"built {counted(len(files), 'spec')}: {len(outcome.written)} written,"
             f" {len(outcome.removed)} removed, {outcome.unchanged} unchanged"
         )
-        return _plan(generated)
+        return plan
 
     def _apply(self, plan: Plan) -> None:
         """Stop removed workers, restart changed ones, start new ones."""
@@ -247,7 +250,10 @@ class DevLoop:
         self.supervisor.start(name, command, self._worker_env(name))
 
     def _worker_env(self, name: str) -> dict[str, str]:
-        return {worker_module.DEV_IMPORTS_VARIABLE: str(self.imports / f"{name}.json")}
+        env = {worker_module.DEV_IMPORTS_VARIABLE: str(self.imports / f"{name}.json")}
+        if "PGFLOW_SHUTDOWN_GRACE" not in os.environ:
+            env["PGFLOW_SHUTDOWN_GRACE"] = f"{WORKER_GRACE_S:g}"
+        return env
 
     # -- helpers ---------------------------------------------------------------------------------
     def _in_project(self, path: Path) -> bool:

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from pgflow_gen import run_ids
 from pgflow_gen.cli import bulk, connecting, existing, run_refs, starting, step_controls
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
@@ -81,7 +82,8 @@ def register(commands: cli_parser.Commands) -> None:
     workers.add_argument(
         "--all",
         action="store_true",
-        help="also the workers stopped more than an hour ago (the others show by default)",
+        help="also the workers stopped more than an hour ago or restarted since (the others"
+        " show by default)",
     )
     workers.set_defaults(handler=_workers)
 
@@ -110,13 +112,17 @@ def _status(args: argparse.Namespace) -> int:
         steps = conn.execute(operator_statements.RUN_STEP_STATUS, (run_id,)).fetchall()
         pauses = step_controls.paused_steps(conn)
         limits = step_controls.step_limits(conn)
+    active = run["status"] == "started"
     for s in steps:
+        unfinished = s["status"] in ("created", "started")
         pause = pauses.get((run["flow_slug"], s["step_slug"]))
-        s["pause"] = pause if s["status"] in ("created", "started") else None
+        s["pause"] = pause if active and unfinished else None
         s["limits"] = limits.get((run["flow_slug"], s["step_slug"]))
         if s["pause"] is not None:
             s["note"] = "; ".join(filter(None, [step_controls.pause_cell(pause), s["note"]]))
-        if s["limits"] is not None and s["status"] in ("created", "started"):
+        if not active and unfinished:  # a finished run's step that never finished
+            s["note"] = f"the run is {run['status']}: nothing more runs here"
+        elif s["limits"] is not None and unfinished:
             limited = f"limited: {step_controls.limits_cell(s['limits'])}"
             s["note"] = "; ".join(filter(None, [limited, s["note"]]))
         if s["step_type"] == "signal":
@@ -203,6 +209,9 @@ def _status(args: argparse.Namespace) -> int:
         details = s["error_message"].split("\n", 1)[1:]
         for line in "".join(details).strip("\n").splitlines():
             print(f"    {line}" if line else "")
+    if run["status"] == "failed":
+        short = str(run["run_id"]).replace("-", "")[: run_ids.MIN_PREFIX]
+        print(f"\nretry it from where it failed: pgflow-gen retry {short}")
     return EXIT_OK
 
 
@@ -235,7 +244,7 @@ def _runs(args: argparse.Namespace) -> int:
                 {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
                  "started_at": r["started_at"], "ended_at": r["ended"],
                  "failed_step": r["failed_step"], "error": _first_line(r["error_message"]),
-                 "cancel_reason": r["cancel_reason"]}
+                 "cancel_reason": r["cancel_reason"], "waiting_for_signals": r["waiting_signals"]}
                 for r in rows
             ]
         })  # fmt: skip
@@ -243,13 +252,21 @@ def _runs(args: argparse.Namespace) -> int:
     table(
         [
             (r["run_id"], r["flow_slug"], r["status"], r["started_at"], r["ended"],
-             r["failed_step"], _first_line(r["error_message"] or r["cancel_reason"], NOTE_CHARS))
+             r["failed_step"], _why(r))
             for r in rows
         ],
         ["run", "flow", "status", "started", "ended", "failed step", "error or reason"],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK
+
+
+def _why(run: dict[str, Any]) -> str | None:
+    """Why a run is where it is: its error's first line, the reason it was cancelled, or the
+    signals it waits for."""
+    if run["waiting_signals"]:
+        return f"waiting for a signal: {', '.join(run['waiting_signals'])}"
+    return _first_line(run["error_message"] or run["cancel_reason"], NOTE_CHARS)
 
 
 def _flows(args: argparse.Namespace) -> int:

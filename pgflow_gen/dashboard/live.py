@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 
 from pgflow_gen.dashboard import pages
 from pgflow_gen.engine import dashboard_statements, statements
+from pgflow_gen.runtime.reconnecting import Outage, primary_message
 
 log = logging.getLogger("pgflow_gen.dashboard")
 
@@ -38,6 +39,8 @@ MAX_STREAMS = 32
 COMMAND_EVERY_S = 0.2
 #: How long the shared connection waits before it connects again after losing the database.
 RECONNECT_S = 1.0
+#: What the listening connection is for, in the log.
+PURPOSE = "live updates"
 #: What a stream's queue gets once its channel is listened to: the page should read the run.
 READY = None
 
@@ -81,16 +84,21 @@ class RunEvents:
                 del self._streams[channel]
 
     async def run(self) -> None:
-        """Listen for the open streams until cancelled, connecting again after a loss."""
+        """Listen for the open streams until cancelled, connecting again after a loss (one
+        warning when the database goes, one line when it is back; each retry at DEBUG)."""
+        outage = Outage(log)
         while True:
+            connected = False
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.database_url, autocommit=True
                 ) as conn:
+                    connected = True
+                    outage.back(PURPOSE)
                     self._listening = set()
                     await self._serve(conn)
             except psycopg.Error as exc:
-                log.warning("live updates lost the database, connecting again: %s", exc)
+                outage.down(PURPOSE, primary_message(exc), None if connected else RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:

@@ -46,18 +46,24 @@ CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usag
 
 # -- workers -------------------------------------------------------------------------------------
 def workers(version: str) -> LiteralString:
-    """(all: include the ones stopped more than an hour ago) -> workers by queue, oldest first,
-    the others and the ones stopped within the hour (they do not pile up), each live, stale,
+    """(all: include every stopped one) -> workers by queue, oldest first: those not stopped, and
+    those stopped within the hour that no later worker of the same name and queue replaced (so
+    neither old workers nor `dev`'s restarts pile up), each live, stale,
     deprecated or stopped by the engine's one liveness rule, pgflow.worker_states (engine 0022),
     by which pgflow.queue_coverage counts too; for an engine at `version`
     (`support.version(conn)`)."""
     return _WORKERS if version >= "0022" else _WORKERS_BEFORE_0022
 
 
+#: Whether the stopped worker `w` is recent and not replaced by a later one of its name.
+_SHOWN_STOPPED: Final[LiteralString] = (
+    " w.stopped_at > now() - interval '1 hour' and not exists ("
+    "   select 1 from pgflow.workers as later where later.function_name = w.function_name"
+    "   and later.queue_name = w.queue_name and later.started_at > w.started_at)"
+)
 _WORKERS: Final[LiteralString] = (
-    "select * from pgflow.worker_states()"
-    " where %s or stopped_at is null or stopped_at > now() - interval '1 hour'"
-    " order by queue_name, started_at"
+    "select * from pgflow.worker_states() as w"
+    " where %s or w.stopped_at is null or" + _SHOWN_STOPPED + " order by queue_name, started_at"
 )
 #: _WORKERS on engines 0020 and 0021, which have no worker_states: the same rule and columns
 #: written out (a test holds the two together). It goes when the window passes 0021.
@@ -68,9 +74,8 @@ _WORKERS_BEFORE_0022: Final[LiteralString] = (
     " when deprecated_at is not null then 'deprecated' "
     " when last_heartbeat_at > now() - (pgflow.worker_liveness()).live_within then 'live' "
     " else 'stale' end as state"
-    " from pgflow.workers"
-    " where %s or stopped_at is null or stopped_at > now() - interval '1 hour'"
-    " order by queue_name, started_at"
+    " from pgflow.workers as w"
+    " where %s or w.stopped_at is null or" + _SHOWN_STOPPED + " order by queue_name, started_at"
 )
 
 

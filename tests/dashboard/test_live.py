@@ -4,10 +4,14 @@ stream, and past the cap a page gets a clear 503 instead of another database con
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
+import logging
+import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -127,3 +131,41 @@ def test_an_event_right_after_ready_reaches_the_page(
         db.complete(task, "done", fenced=True)
         events = list(stream.events())
         assert any('"run:completed"' in event for event in events), events
+
+
+def test_a_lost_database_is_said_once_and_its_return_once(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listener retries every RECONNECT_S while the database is away: one warning, the
+    retries at DEBUG, one line when it is back (it logged a warning a second)."""
+    monkeypatch.setattr(live, "RECONNECT_S", 0.01)
+    events = live.RunEvents("postgresql://nobody@127.0.0.1:9/none?connect_timeout=1")
+    caplog.set_level(logging.DEBUG, logger="pgflow_gen.dashboard")
+
+    async def scenario() -> None:
+        listening = asyncio.create_task(events.run())
+        try:
+            await poll(lambda: len(retries(caplog)) >= 5, "five retries")
+            events.database_url = db_url  # the database is back
+            await poll(lambda: any("is back after" in r.message for r in caplog.records), "back")
+        finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+
+    asyncio.run(scenario())
+    said = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.levelname for r in said] == ["WARNING", "INFO"]
+    assert said[0].message.startswith("lost the database connection (live updates): ")
+    assert said[1].message.startswith("the database connection is back after ")
+
+
+def retries(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.DEBUG and "live updates" in r.message]
+
+
+async def poll(done: Callable[[], bool], what: str, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not done():
+        assert time.monotonic() < end, f"no {what} within {deadline_s} s"
+        await asyncio.sleep(0.01)

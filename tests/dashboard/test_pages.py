@@ -367,6 +367,11 @@ def test_workers_stopped_long_ago_do_not_pile_up_on_the_workers_page(
     ]
     assert 'href="/workers?all=1"' in dashboard.get("/workers").body
 
+    # A later worker of the same name replaces c2 (as each restart of `dev` does): c2 goes.
+    db.call("register_worker", uuid.UUID(int=0xC3), "stepped__first", "w", flow_slug="stepped")
+    shown = re.findall(r'<tr data-worker="([0-9a-f-]+)"', dashboard.get("/workers").body)
+    assert shown == [str(uuid.UUID(int=0xC3))]
+
 
 def test_the_per_minute_chart_shows_a_quiet_minute_beside_a_burst() -> None:
     chart = environment().get_template("_macros.html").module.per_minute  # type: ignore[attr-defined]

@@ -145,6 +145,7 @@ def test_every_listing_speaks_json_with_its_documented_schema(
     assert run | {"started_at": None, "ended_at": None} == {
         "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed", "started_at": None,
         "ended_at": None, "failed_step": None, "error": None, "cancel_reason": None,
+        "waiting_for_signals": [],
     }  # fmt: skip
 
     code, listed = json_of(capsys, db_url, "--format", "json", "workers")
@@ -365,6 +366,12 @@ def test_status_of_a_run_that_recovered_says_so_and_offers_no_signal(
     assert "status:  failed\n" in out
     assert "waiting for a signal" not in out
     assert "pgflow-gen signal" not in out
+    [approval_line] = [line for line in out.splitlines() if line.startswith("approval ")]
+    assert approval_line.split()[1] == "started"  # as the engine left it, but it waits no more
+    assert approval_line.endswith("the run is failed: nothing more runs here")
+    assert out.splitlines()[-1] == (
+        f"retry it from where it failed: pgflow-gen retry {str(run_id).replace('-', '')[:8]}"
+    )
     code, status = json_of(capsys, db_url, "status", str(run_id), "--format", "json")
     assert status["waiting_for_signals"] == []
     # A signal to it is refused with the command that helps, not an SQL function.
@@ -391,6 +398,14 @@ def test_status_of_a_run_that_recovered_says_so_and_offers_no_signal(
         '  step "charge" task 0, attempt 1 (then completed on attempt 2): RuntimeError: card'
         " declined"
     )
+
+    # The runs list says what a running run waits for.
+    waiting = db.start("gated")
+    code, out = run_cli(capsys, db_url, "runs", "--flow", "gated")
+    [row] = [line for line in out.splitlines() if line.startswith(str(waiting))]
+    assert row.endswith("waiting for a signal: approval")
+    code, runs = json_of(capsys, db_url, "runs", "--flow", "gated", "--format", "json")
+    assert [r["waiting_for_signals"] for r in runs["runs"]] == [["approval"], []]
 
 
 def test_ctrl_c_during_start_wait_says_the_run_goes_on_and_how_to_follow_it(

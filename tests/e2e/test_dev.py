@@ -223,6 +223,27 @@ def test_ctrl_c_during_a_restart_wave_stops_it_at_once(project: Path, db_url: st
     assert "stopped (" in wave
 
 
+def test_workers_drain_within_the_time_dev_gives_them_and_say_so(
+    project: Path, db_url: str
+) -> None:
+    sleepy(project)
+    dev = Dev(project, db_url)
+    try:
+        dev.wait_for(r"worker hello-(greet|shout) started \(", count=2)
+        start_run(project, db_url, "Slow")  # greet's handler sleeps past any grace
+        eventually(lambda: "Slow" in _running_inputs(db_url), "the slow handler running")
+        dev.proc.send_signal(signal.SIGINT)
+        assert dev.proc.wait(timeout=60) == 0
+    finally:
+        dev.close()
+    log = dev.log()
+    assert "worker hello-greet: received SIGTERM, draining 1 handler for up to 8.0 s" in log
+    assert "worker hello-greet: 1 handler still running after the grace period" in log
+    assert "did not stop in time" not in log  # it gave up itself; dev killed nothing
+    # Every line, dev's first one too, has its prefix column at one width.
+    assert len({line.index(" | ") for line in log.splitlines() if " | " in line}) == 1
+
+
 def _running_inputs(url: str) -> str:
     with psycopg.connect(url) as conn:
         rows = conn.execute(

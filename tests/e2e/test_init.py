@@ -99,7 +99,7 @@ def test_the_project_depends_on_pgflow_gen_as_this_one_was_installed(tmp_path: P
     created = run(str(BIN / "pgflow-gen"), "init", "p", cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     wanted = origin.installed_requirement()
-    assert wanted.startswith("pgflow-gen[embedded]")
+    assert wanted.startswith("pgflow-gen[embedded,dashboard]")
     pyproject = (tmp_path / "p" / "pyproject.toml").read_text()
     assert f'dependencies = ["{wanted}"]' in pyproject
     assert 'test = ["pytest>=8", "mypy>=1.10"]' in pyproject

@@ -10,19 +10,19 @@ from pgflow_gen.codegen import origin
 @pytest.mark.parametrize(
     ("direct_url", "expected"),
     [
-        (None, "pgflow-gen[embedded]>=1.2.0"),
-        ({}, "pgflow-gen[embedded]>=1.2.0"),
+        (None, "pgflow-gen[embedded,dashboard]>=1.2.0"),
+        ({}, "pgflow-gen[embedded,dashboard]>=1.2.0"),
         (
             {"url": "file:///dist/pgflow_gen-1.2.0-py3-none-any.whl", "archive_info": {}},
-            "pgflow-gen[embedded] @ file:///dist/pgflow_gen-1.2.0-py3-none-any.whl",
+            "pgflow-gen[embedded,dashboard] @ file:///dist/pgflow_gen-1.2.0-py3-none-any.whl",
         ),
         (
             {"url": "file:///src/mono", "dir_info": {}, "subdirectory": "pgflow-gen"},
-            "pgflow-gen[embedded] @ file:///src/mono#subdirectory=pgflow-gen",
+            "pgflow-gen[embedded,dashboard] @ file:///src/mono#subdirectory=pgflow-gen",
         ),
         (
             {"url": "https://example.org/r.git", "vcs_info": {"vcs": "git"}},
-            "pgflow-gen[embedded] @ git+https://example.org/r.git",
+            "pgflow-gen[embedded,dashboard] @ git+https://example.org/r.git",
         ),
     ],
 )
