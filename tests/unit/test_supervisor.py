@@ -12,10 +12,12 @@ import threading
 from pgflow_gen.cli.supervisor import Supervisor
 from tests.e2e.harness import eventually
 
-# Ignores SIGTERM and says so, then sleeps: a worker whose handlers still run.
+# Ignores SIGTERM and says so, then sleeps: a worker whose handlers still run. Its word is
+# built as it runs: the supervisor's own "started slow (pid ...): <command>" line must not
+# contain it, or the test would signal the child before it ignores SIGTERM.
 STUBBORN = (
     f'{sys.executable} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);'
-    " print('ready', flush=True); time.sleep(60)\""
+    " print('rea' + 'dy', flush=True); time.sleep(60)\""
 )
 
 
