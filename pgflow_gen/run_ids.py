@@ -6,6 +6,8 @@ module: the CLI and the dashboard both read prefixes through it.
 (UUID('0b6f1000-0000-0000-0000-000000000000'), UUID('0b6f1fff-ffff-ffff-ffff-ffffffffffff'))
 >>> parse("0B6F1A2C"), parse("0b6f1a2c-0000-4000-8000-000000000001")
 ('0b6f1a2c', UUID('0b6f1a2c-0000-4000-8000-000000000001'))
+>>> short(uuid.UUID("0b6f1a2c-0000-4000-8000-000000000001"))
+'0b6f1a2c'
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
     """The first and the last run id that start with `prefix` (hex digits, dashes ignored)."""
     digits = prefix.replace("-", "").lower()[:32]
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def short(run_id: uuid.UUID) -> str:
+    """The run id as short as the commands take it (its first MIN_PREFIX hex digits)."""
+    return run_id.hex[:MIN_PREFIX]
 
 
 def parse(text: str) -> uuid.UUID | str:

@@ -210,8 +210,7 @@ def _status(args: argparse.Namespace) -> int:
         for line in "".join(details).strip("\n").splitlines():
             print(f"    {line}" if line else "")
     if run["status"] == "failed":
-        short = str(run["run_id"]).replace("-", "")[: run_ids.MIN_PREFIX]
-        print(f"\nretry it from where it failed: pgflow-gen retry {short}")
+        print(f"\nretry it from where it failed: pgflow-gen retry {run_ids.short(run['run_id'])}")
     return EXIT_OK
 
 

@@ -149,7 +149,7 @@ class RunDetail:
     @property
     def short_id(self) -> str:
         """The run id as short as `pgflow-gen` commands take it."""
-        return str(self.run["run_id"]).replace("-", "")[: run_ids.MIN_PREFIX]
+        return run_ids.short(self.run["run_id"])
 
     @property
     def input_truncated(self) -> bool:

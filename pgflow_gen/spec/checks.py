@@ -6,18 +6,13 @@ from __future__ import annotations
 import builtins
 import difflib
 import keyword
-import math
 import re
-import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
-import jsonschema
-from croniter import croniter
-
 from pgflow_gen import naming
 from pgflow_gen.errors import excerpt
-from pgflow_gen.spec import model
+from pgflow_gen.spec import json_values, model, schedule_checks, schema_checks
 from pgflow_gen.spec.locate import Locator
 from pgflow_gen.spec.problems import Problem
 
@@ -83,7 +78,7 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
                 step=index,
             )
         for key, pattern in (("if", step.if_), ("if_not", step.if_not)):
-            bad = _non_json(pattern)
+            bad = json_values.non_json(pattern)
             if bad is not None:
                 yield problem(
                     "not_json",
@@ -107,7 +102,9 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
         )
         for at, schema in schemas:
             if schema is not None:
-                yield from _schema_problems(schema, ("steps", index, *at), problem, step=index)
+                yield from schema_checks.problems(
+                    schema, ("steps", index, *at), problem, step=index
+                )
 
         if step.concurrency is not None and not re.fullmatch(
             model.CONCURRENCY_KEY_PATTERN, step.concurrency.key
@@ -123,8 +120,8 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
             )
 
     if spec.input is not None:
-        yield from _schema_problems(spec.input, ("input",), problem)
-    yield from _schedule_problems(spec, problem)
+        yield from schema_checks.problems(spec.input, ("input",), problem)
+    yield from schedule_checks.problems(spec, problem)
 
     for slug in spec.workers.steps:
         if spec.queue_mode == "flow":
@@ -370,150 +367,3 @@ def _condition_problems(
                 else "Name a dependency, or add the step to depends_on.",
                 step=index,
             )
-
-
-def _non_json(value: Any) -> str | None:
-    """A description of the first value inside `value` that JSON cannot hold, or None."""
-    if isinstance(value, dict):
-        return next((bad for v in value.values() if (bad := _non_json(v)) is not None), None)
-    if isinstance(value, list):
-        return next((bad for v in value if (bad := _non_json(v)) is not None), None)
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if value is None or isinstance(value, str | int | float | bool):
-        return None
-    return f"a {type(value).__name__} value"
-
-
-def _cycle(definitions: dict[str, model.TypeSchema], start: str) -> list[str] | None:
-    """A `$ref` path from `start` back to itself through `definitions`, or None."""
-    pending = [(start, [start])]
-    seen: set[str] = set()
-    while pending:
-        key, path = pending.pop()
-        for ref in sorted(definitions[key].referenced_defs()):
-            if ref == start:
-                return [*path, ref]
-            if ref in definitions and ref not in seen:
-                seen.add(ref)
-                pending.append((ref, [*path, ref]))
-    return None
-
-
-def _schema_problems(
-    schema: model.TypeSchema, keys: tuple[str | int, ...], problem: Any, step: int | None = None
-) -> Iterator[Problem]:
-    definitions = schema.defs or {}
-    for name in definitions:
-        cycle = _cycle(definitions, name)
-        if cycle is not None:
-            yield problem(
-                "recursive_ref",
-                f'"$defs" entry "{name}" refers to itself: {" -> ".join(cycle)}.',
-                (*keys, "$defs", name),
-                detail="Recursive types are not supported: the generated aliases and TypedDicts"
-                " would refer to themselves.",
-                hint="Describe the nested part without a reference back, or as JSON (no type).",
-                step=step,
-            )
-            break
-
-    def walk(node: model.TypeSchema, at: tuple[str | int, ...]) -> Iterator[Problem]:
-        if node.ref is not None and node.ref.removeprefix("#/$defs/") not in definitions:
-            yield problem(
-                "unresolved_ref",
-                f'"{node.ref}" names no entry of this schema\'s "$defs".',
-                (*at, "$ref"),
-                hint=f"Defined: {', '.join(definitions) or '(none)'}.",
-                step=step,
-            )
-        literals = list(node.enum or []) + (
-            [node.const] if "const" in node.model_fields_set else []
-        )
-        for value in literals:
-            too_big = isinstance(value, int) and not -(2**63) <= value < 2**63
-            if too_big or not (value is None or isinstance(value, bool | int | str)):
-                yield problem(
-                    "unsupported_literal",
-                    f"{excerpt(repr(value))} cannot be a Literal value.",
-                    (*at, "enum" if value in (node.enum or []) else "const"),
-                    hint="enum and const values must be strings, integers (64-bit),"
-                    " booleans or null.",
-                    step=step,
-                )
-        for name in node.required or []:
-            if node.properties is None or name not in node.properties:
-                yield problem(
-                    "required_not_a_property",
-                    f'"{name}" is required but not listed in "properties".',
-                    (*at, "required"),
-                    step=step,
-                )
-        for name, child in (node.properties or {}).items():
-            yield from walk(child, (*at, "properties", name))
-        if node.items is not None:
-            yield from walk(node.items, (*at, "items"))
-        for position, child in enumerate(node.any_of or []):
-            yield from walk(child, (*at, "anyOf", position))
-        if isinstance(node.additional_properties, model.TypeSchema):
-            yield from walk(node.additional_properties, (*at, "additionalProperties"))
-        for name, child in (node.defs or {}).items():
-            yield from walk(child, (*at, "$defs", name))
-
-    yield from walk(schema, keys)
-
-
-def _schedule_problems(spec: model.FlowSpec, problem: Any) -> Iterator[Problem]:
-    """Each schedule's cron expression and time zone must be readable, its name unique, and
-    its input a run input of the flow (checked against the flow's `input` schema)."""
-    seen: set[str] = set()
-    for index, schedule in enumerate(spec.schedules):
-        at = ("schedules", index)
-        name = schedule.resolved_name(index)
-        if name in seen:
-            yield problem(
-                "duplicate_schedule_name",
-                f'Two schedules are named "{name}".',
-                (*at, "name"),
-                hint="Give each schedule its own name.",
-            )
-        seen.add(name)
-        if not croniter.is_valid(schedule.cron) or len(schedule.cron.split()) not in (5, 6):
-            yield problem(
-                "invalid_cron",
-                f'Schedule "{name}" has an invalid cron expression {excerpt(repr(schedule.cron))}.',
-                (*at, "cron"),
-                hint='Five fields, minute hour day month weekday, such as "*/5 * * * *" or'
-                ' "0 2 * * 1-5"; a sixth field, last, counts seconds.',
-            )
-        try:
-            zoneinfo.ZoneInfo(schedule.timezone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            yield problem(
-                "invalid_timezone",
-                f'Schedule "{name}" has an unknown time zone {excerpt(repr(schedule.timezone))}.',
-                (*at, "timezone"),
-                hint='Use an IANA name such as "UTC" or "Europe/Paris".',
-            )
-        bad = _non_json(schedule.input)
-        if bad is not None:
-            yield problem(
-                "not_json",
-                f'The input of schedule "{name}" holds {bad}, which is not a JSON value.',
-                (*at, "input"),
-                hint="A run input is JSON: objects, arrays, strings, finite numbers, booleans"
-                " and null.",
-            )
-        elif spec.input is not None:
-            validator = jsonschema.Draft202012Validator(spec.input.as_json())
-            for error in sorted(validator.iter_errors(schedule.input), key=str)[:1]:
-                where = "$" + "".join(
-                    f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path
-                )
-                yield problem(
-                    "invalid_schedule_input",
-                    f'The input of schedule "{name}" is not an input of flow "{spec.slug}".',
-                    (*at, "input"),
-                    detail=f"{where}: {error.message}",
-                    hint="Give it what the flow's input schema asks for.",
-                )
