@@ -22,6 +22,8 @@ declare
   v_run_id uuid := coalesce(run_id, gen_random_uuid());
   v_root_map text;
   v_input_length int;
+  v_plain boolean;
+  v_root record;
   v_traceparent text := substring(current_setting('pgflow.traceparent', true)
     from '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
 begin
@@ -64,17 +66,44 @@ begin
     return;
   end if;
 
-  insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks)
+  -- Root steps that are all plain single steps (no condition) are written started, so that no
+  -- row is written twice (engine 0025), and get their messages here, as _advance_run would.
+  select count(*) > 0 and bool_and(s.step_type = 'single' and s.required_input_pattern is null
+      and s.forbidden_input_pattern is null) into v_plain
+  from pgflow.steps as s where s.flow_slug = start_flow.flow_slug and s.deps_count = 0;
+  insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks,
+    status, started_at, remaining_tasks)
   select v_run_id, s.flow_slug, s.step_slug, s.deps_count,
     case
       when s.step_type in ('single', 'signal') then 1
       when s.deps_count = 0 then v_input_length
-    end
+    end,
+    case when v_plain and s.deps_count = 0 then 'started' else 'created' end,
+    case when v_plain and s.deps_count = 0 then clock_timestamp() end,
+    case when v_plain and s.deps_count = 0 then 1 end
   from pgflow.steps as s
   where s.flow_slug = start_flow.flow_slug;
 
   perform pgflow._emit_event(v_run_id, 'run:started', null, 'started');
-  perform pgflow._advance_run(v_run_id);
+  if not v_plain then
+    perform pgflow._advance_run(v_run_id);
+  else
+    for v_root in
+      select s.step_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as delay, s.opt_concurrency_key
+      from pgflow.steps as s
+      where s.flow_slug = start_flow.flow_slug and s.deps_count = 0
+      order by s.step_index
+    loop
+      if v_root.opt_concurrency_key is null then
+        perform pgflow._enqueue_step_tasks(v_run_id, flow_slug, v_root.step_slug, v_root.queue_name, 1,
+          v_root.delay);
+      else
+        perform pgflow._park_keyed_tasks(flow_slug, v_root.step_slug, v_root.queue_name,
+          v_root.opt_concurrency_key, v_root.delay, array[v_run_id], array[1]);
+      end if;
+      perform pgflow._emit_event(v_run_id, 'step:started', v_root.step_slug, 'started');
+    end loop;
+  end if;
 
   return query select * from pgflow.runs as r where r.run_id = v_run_id;
 end;

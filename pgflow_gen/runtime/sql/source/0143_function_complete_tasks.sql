@@ -36,7 +36,6 @@ declare
   v_started record;
   v_missing record;
   v_queue text;
-  v_finished uuid[];
   v_general int[];
   v_attempts int[];
   v_map_positions bigint[];
@@ -201,8 +200,26 @@ begin
       where c.run_id = e.run_id and c.step_slug = e.step_slug and c.status = 'created'
       returning c.run_id, c.flow_slug, c.step_slug, c.remaining_deps, e.last
     ),
+    -- A run with no step left completes in the statement that counts its steps off (engine
+    -- 0025): its output joins the leaves completed before (this statement's snapshot shows the
+    -- batch's steps as started) with those completed by this batch.
     counted as (
-      update pgflow.runs as r set remaining_steps = r.remaining_steps - n.finished
+      update pgflow.runs as r set remaining_steps = r.remaining_steps - n.finished,
+        status = case when r.remaining_steps = n.finished then 'completed' else r.status end,
+        completed_at = case when r.remaining_steps = n.finished then clock_timestamp() else r.completed_at end,
+        output = case when r.remaining_steps = n.finished then (
+          select jsonb_object_agg(x.step_slug, x.output)
+          from (
+            select ss.step_slug, ss.flow_slug, ss.output
+            from pgflow.step_states as ss
+            where ss.run_id = r.run_id and ss.status = 'completed'
+            union all
+            select f.step_slug, f.flow_slug, f.output from fast as f where f.run_id = r.run_id
+          ) as x
+          where not exists (
+            select 1 from pgflow.deps as d where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+          )
+        ) else r.output end
       from (select f.run_id, count(*)::int as finished from fast as f group by f.run_id) as n
       where r.run_id = n.run_id
       returning r.run_id, r.remaining_steps
@@ -272,29 +289,14 @@ begin
     ) as e
     order by e.position, e.phase, e.step_index;
 
-    -- Runs with no step left complete, as pgflow._maybe_complete_run does for one.
+    -- The runs completed above say so, in run id order.
     if v_started.finished_runs is not null then
-      with finished as (
-        update pgflow.runs as r
-        set status = 'completed', completed_at = clock_timestamp(), output = (
-          select jsonb_object_agg(ss.step_slug, ss.output)
-          from pgflow.step_states as ss
-          where ss.run_id = r.run_id and ss.status = 'completed'
-            and not exists (
-              select 1 from pgflow.deps as d where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug
-            )
-        )
-        -- By key alone: these runs are started and locked (their tasks were live), and a
-        -- condition on the status would let a generic plan walk the index of started runs.
-        where r.run_id = any (v_started.finished_runs) and r.remaining_steps = 0
-        returning r.run_id
-      )
-      select array_agg(f.run_id order by f.run_id) into v_finished from finished as f;
       perform pg_notify(
         'pgflow_run_' || replace(f.run_id::text, '-', ''),
         json_build_object('event', 'run:completed', 'run_id', f.run_id, 'step_slug', null, 'status', 'completed')::text
       )
-      from unnest(v_finished) as f (run_id);
+      from unnest(v_started.finished_runs) as f (run_id)
+      order by f.run_id;
     end if;
   end if;
 
