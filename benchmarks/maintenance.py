@@ -1,22 +1,25 @@
-"""The engine's periodic maintenance against its history: the stall rule and the signal sweep,
-timed on the previous engine and the latest one side by side on one server.
+"""The engine's periodic maintenance against its history: the stall rule, the signal sweep and the
+tasks finished lately, timed on the previous engine and the latest one side by side on one server.
 
     .venv/bin/python benchmarks/maintenance.py [--history 1000000] [--in-flight 10000]
-        [--against 0023] [--repeat 20] [--durable]
+        [--against 0024] [--repeat 20] [--durable]
 
 Each engine version (`--against`, and the latest) gets two fresh databases:
 
 1. **history**: HISTORY finished runs of `engine_throughput.py`'s 3-step chain and HISTORY / 10
    finished runs of a flow whose one step waits for a signal (written set-based, as if they had
-   run a day ago), and in flight 100 runs of the chain whose first task a worker holds and 100
+   run a day ago, their tasks' messages in the queue's archive as engines before 0025 left
+   them), and in flight 100 runs of the chain whose first task a worker holds and 100
    runs waiting for their signal.
 2. **in flight**: IN_FLIGHT runs of the chain under way, each with its first task held, and
    IN_FLIGHT waiting for a signal, and no history.
 
 On each, alternating versions, REPEAT times: the stall rule (`select count(*) from
 pgflow.find_stalled_tasks()`, which the workers' sweep runs every 15 s and `/metrics` on each
-scrape) and the signal sweep (`pgflow._expire_signal_steps()`, which the same sweep runs; in a
-transaction rolled back). Prints the median and every repeat in ms, as the client sees them.
+scrape), the signal sweep (`pgflow._expire_signal_steps()`, which the same sweep runs; in a
+transaction rolled back) and the tasks finished in the last hour (`pgflow.finished_tasks()`,
+which the dashboard's overview and `/metrics` read). Prints the median and every repeat in ms,
+as the client sees them.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def database(admin: str, target: str | None) -> Iterator[psycopg.Connection[Any]
 
 def write_history(conn: psycopg.Connection[Any], flow: str, runs: int) -> None:
     """`runs` finished runs of `flow`, completed a day ago, with their steps and tasks (none
-    for a signal step)."""
+    for a signal step), and the tasks' messages archived (ids below zero, clear of the queue's)."""
     conn.execute(
         "insert into pgflow.runs (run_id, flow_slug, status, input, output, remaining_steps,"
         "  started_at, completed_at)"
@@ -75,13 +78,27 @@ def write_history(conn: psycopg.Connection[Any], flow: str, runs: int) -> None:
     conn.execute(
         "insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, status,"
         "  attempts_count, message_id, queue_name, output, queued_at, started_at, completed_at)"
-        " select ss.run_id, ss.flow_slug, ss.step_slug, 0, 'completed', 1, null, s.queue_name,"
+        " select ss.run_id, ss.flow_slug, ss.step_slug, 0, 'completed', 1,"
+        "  -row_number() over (), s.queue_name,"
         "  '1', ss.started_at, ss.started_at, ss.completed_at"
         " from pgflow.step_states as ss"
         " join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug"
         " where ss.flow_slug = %(flow)s and s.step_type <> 'signal'",
         {"flow": flow},
     )
+    for (queue,) in conn.execute(
+        "select distinct queue_name from pgflow.steps"
+        " where flow_slug = %s and step_type <> 'signal'",
+        (flow,),
+    ).fetchall():
+        conn.execute(
+            f"insert into pgmq.a_{queue} (msg_id, read_ct, enqueued_at, archived_at, vt, message)"
+            " select t.message_id, 1, t.queued_at, t.completed_at, t.completed_at,"
+            "  jsonb_build_object('flow_slug', t.flow_slug, 'run_id', t.run_id,"
+            "   'step_slug', t.step_slug, 'task_index', 0)"
+            " from pgflow.step_tasks as t where t.queue_name = %s and t.message_id < 0",
+            (queue,),
+        )
 
 
 def put_in_flight(conn: psycopg.Connection[Any], runs: int) -> None:
@@ -118,6 +135,7 @@ def timed(conn: psycopg.Connection[Any], statement: str, rollback: bool = False)
 CHECKS: dict[str, Callable[[psycopg.Connection[Any]], float]] = {
     "stall rule": lambda conn: timed(conn, "select count(*) from pgflow.find_stalled_tasks()"),
     "signal sweep": lambda conn: timed(conn, "select pgflow._expire_signal_steps()", True),
+    "finished lately": lambda conn: timed(conn, "select count(*) from pgflow.finished_tasks()"),
 }
 
 
@@ -157,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--in-flight", type=int, default=10_000)
-    parser.add_argument("--against", default="0023")
+    parser.add_argument("--against", default="0024")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument(
         "--durable", action="store_true", help="the server's durable defaults (fsync on)"

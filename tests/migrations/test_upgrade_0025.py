@@ -1,8 +1,9 @@
 """Upgrading 0024 to 0025 (rows written once: a plain root step is written started, a plain
 child starts in the statement that counts it down, a run completes in the statement that counts
-its last step off): work claimed on 0024 finishes, and the same work done before and after the
-upgrade leaves the same rows and announces the same events, in the same order, with fewer row
-versions written."""
+its last step off; a completed task's message is deleted): work claimed on 0024 finishes, the
+same work done before and after the upgrade leaves the same rows and announces the same events,
+in the same order, with fewer row versions written, and the tasks finished on either side of the
+upgrade are counted once each."""
 
 from __future__ import annotations
 
@@ -127,3 +128,27 @@ def test_the_same_work_leaves_the_same_rows_and_events(
     assert [run[0]["status"] for run in after] == ["completed"] * 4
     assert [len(run[3]) for run in after] == [4, 10, 8, 7]
     assert updates_after < updates_before
+
+
+def test_tasks_finished_on_either_side_of_the_upgrade_count_once(version_24: Engine) -> None:
+    engine = version_24
+    engine.flow("count", {"slug": "only"})
+    engine.start("count")
+    [before] = engine.poll("count")
+    engine.complete(before, 1, fenced=True)
+    assert engine.archived_ids("count") == {before.msg_id}
+
+    upgrade(engine)
+    engine.start("count")
+    [after] = engine.poll("count")
+    engine.complete(after, 1, fenced=True)
+
+    assert engine.archived_ids("count") == {before.msg_id}
+    assert engine.queued_messages("count") == []
+    assert (
+        engine.value(
+            "select sum(tasks) from pgflow.finished_tasks(interval '1 hour')"
+            " where queue_name = 'count' and step_slug = 'only'"
+        )
+        == 2
+    )

@@ -53,10 +53,18 @@ def test_deletes_old_failed_runs(engine: Engine) -> None:
     assert engine.value("select pgflow.prune_data_older_than(interval '7 days')")["runs"] == 1
 
 
+def failed_run(engine: Engine) -> None:
+    """A run of flow `old` whose task failed for good: its message is archived (a completed
+    task's is deleted, engine 0025)."""
+    engine.start("old")
+    [task] = engine.poll("old")
+    engine.fail(task)
+
+
 def test_deletes_only_old_archived_messages(engine: Engine) -> None:
-    engine.flow("old", {"slug": "a"})
-    engine.run_to_end("old", {"a": 1})
-    engine.run_to_end("old", {"a": 2})
+    engine.flow("old", {"slug": "a", "max_attempts": 1})
+    failed_run(engine)
+    failed_run(engine)
     engine.conn.execute(
         "update pgmq.a_old set archived_at = now() - interval '10 days'"
         " where msg_id = (select min(msg_id) from pgmq.a_old)"
@@ -133,9 +141,9 @@ def test_a_batch_deletes_at_most_batch_size_runs_and_says_when_more_may_be_left(
 
 
 def test_a_batch_deletes_at_most_batch_size_archived_messages_per_queue(engine: Engine) -> None:
-    engine.flow("old", {"slug": "a"})
-    for i in range(3):
-        engine.run_to_end("old", {"a": i})
+    engine.flow("old", {"slug": "a", "max_attempts": 1})
+    for _ in range(3):
+        failed_run(engine)
     engine.conn.execute("update pgmq.a_old set archived_at = now() - interval '10 days'")
     first = engine.value("select pgflow.prune_data_older_than(interval '7 days', 2)")
     assert (first["archived_messages"], first["done"]) == (2, False)

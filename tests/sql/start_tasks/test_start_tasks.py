@@ -194,7 +194,7 @@ def test_two_claims_on_one_queue_do_not_wait_for_each_other(engine: Engine, db_u
     assert len(claimed) == 1
 
 
-def test_a_completed_tasks_message_is_archived_and_never_claimed_again(engine: Engine) -> None:
+def test_a_completed_tasks_message_is_deleted_and_never_claimed_again(engine: Engine) -> None:
     engine.flow("reread", {"slug": "only"})
     run_id = engine.start("reread")
     [task] = engine.poll("reread")
@@ -202,4 +202,5 @@ def test_a_completed_tasks_message_is_archived_and_never_claimed_again(engine: E
     engine.make_visible("reread")  # were it still in the queue, its lease would have run out
     assert engine.poll("reread") == []
     assert engine.task(run_id, "only")["attempts_count"] == 1
-    assert engine.archived_ids("reread") == {task.msg_id}
+    assert engine.queued_messages("reread") == []
+    assert engine.archived_ids("reread") == set()

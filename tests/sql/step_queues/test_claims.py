@@ -37,8 +37,8 @@ def test_two_steps_on_two_private_queues_complete_one_run(threads: Engine) -> No
     [first] = threads.poll("threads", CLASSIFY, step="classify")
     assert first.flow_input == {"text": "help me"}
     threads.complete(first, {"route": "help"})
-    assert threads.queued_messages(CLASSIFY) == []  # archived with the completion
-    assert threads.archived_ids(CLASSIFY) == {first.msg_id}
+    assert threads.queued_messages(CLASSIFY) == []  # deleted with the completion
+    assert threads.archived_ids(CLASSIFY) == set()
     [second] = threads.poll("threads", DELIVER, step="deliverSlack")
     assert second.input == {"classify": {"route": "help"}}
     threads.complete(second, "sent")

@@ -4,7 +4,9 @@
 -- stale one: `attempt` (from claim_tasks) is not the task's current attempt. Either returns the
 -- task's row unchanged; a stale one's attempts_count differs from `attempt`.
 -- Locks run, step state and task (in that order, in one statement), then the task's message,
--- which it archives (since engine 0014; before, the next claim archived it, which cost more).
+-- which it deletes (engine 0025; archived from 0014, by the next claim before): the task row
+-- records the completion, and the dashboard counts completions from the tasks table. A result
+-- that fails the task (a map's dependency that is not an array) archives the message.
 create function pgflow.complete_task(run_id uuid, step_slug text, task_index int, output jsonb, attempt int)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -98,7 +100,8 @@ begin
     perform pgflow._pass_concurrency_places();
   end if;
 
-  perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  -- The task row records the completion: its message is deleted, not archived (engine 0025).
+  perform pgmq.delete(v_task.queue_name, v_task.message_id);
   return next v_task;
 end;
 $$;

@@ -5,13 +5,14 @@
 -- a single step whose children are all plain single steps (no condition, not a map). Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
 -- the batch; a child with a concurrency key, engine 0018, is not plain), the tasks' messages are
--- archived (one call per queue), and runs with no step left complete. So are the tasks of a map
--- step that has more tasks left than the batch holds of it (engine 0014): they only count their
--- step down. Every other task (a map task that may finish its step, a step with a conditional or
--- map child, a late callback of a finished run) goes through complete_task, after the set-based
--- ones, in input order; so does a batch that names a task twice, and a batch of one (complete_task
--- is cheaper for a single task). `attempts` fences each result as complete_task's `attempt` does: a
--- stale one changes nothing and its row comes back unchanged.
+-- deleted (one call per queue; archived before engine 0025), and runs with no step left
+-- complete. So are the tasks of a map step that has more tasks left than the batch holds of it
+-- (engine 0014): they only count their step down. Every other task (a map task that may finish
+-- its step, a step with a conditional or map child, a late callback of a finished run) goes
+-- through complete_task, after the set-based ones, in input order; so does a batch that names a
+-- task twice, and a batch of one (complete_task is cheaper for a single task). `attempts` fences
+-- each result as complete_task's `attempt` does: a stale one changes nothing and its row comes
+-- back unchanged.
 --
 -- A task that does not exist raises complete_task's error and changes nothing. Locks every run,
 -- step state and task of the batch first, in key order, so concurrent batches cannot deadlock. The
@@ -264,9 +265,10 @@ begin
         v_started.queue_names, v_queue;
     end loop;
 
-    -- The completed tasks' messages are archived at once, one call per queue.
+    -- The completed tasks' messages are deleted at once, one call per queue: their task rows
+    -- record them (engine 0025; archived before).
     for v_queue in select distinct q.name from unnest(v_started.done_queues) as q (name) order by 1 loop
-      perform pgmq.archive(v_queue, array(
+      perform pgmq.delete(v_queue, array(
         select m.message_id from unnest(v_started.done_queues, v_started.done_messages) as m (queue_name, message_id)
         where m.queue_name = v_queue));
     end loop;
@@ -320,7 +322,7 @@ begin
     into v_map_queues, v_map_messages
     from done as d;
     for v_queue in select distinct q.name from unnest(v_map_queues) as q (name) order by 1 loop
-      perform pgmq.archive(v_queue, array(
+      perform pgmq.delete(v_queue, array(
         select m.message_id from unnest(v_map_queues, v_map_messages) as m (queue_name, message_id)
         where m.queue_name = v_queue));
     end loop;
