@@ -1,7 +1,8 @@
 """How fast runs start: one `pgflow.start_flow` call per run (its own transaction, as a client
-starting runs one by one), next to `pgflow.start_flows` (engine 0014) with chunks of 100, 1,000
-and 10,000 inputs per call, and `Client.start_flows` (which also validates every input against
-the flow's input type first), in the same run on the same server.
+starting runs one by one), the same with an idempotency key of its own per run, next to
+`pgflow.start_flows` (engine 0014) with chunks of 100, 1,000 and 10,000 inputs per call, and
+`Client.start_flows` (which also validates every input against the flow's input type first), in
+the same run on the same server.
 
 The flow is the 3-step chain of `engine_throughput.py` (its first step starts with each run),
 RUNS runs per measurement, a fresh database each time. Prints runs/s per repeat and their
@@ -25,11 +26,20 @@ from psycopg.types.json import Jsonb
 from typing_extensions import TypedDict
 
 from benchmarks import pgflow_reference
-from benchmarks.engine_throughput import FLOW, STEPS, define_chain, fresh_database, server
+from benchmarks.engine_throughput import (
+    FLOW,
+    STEPS,
+    backend_cpu,
+    define_chain,
+    fresh_database,
+    server,
+)
 from pgflow_gen.runtime import Client, Flow, Step, migrations
 
 CHUNKS = (100, 1000, 10_000)
 PGFLOW_SINGLE = "pgflow 0.8.1 start_flow, one per run"
+KEYED = "start_flow with an idempotency key"
+SINGLE = "start_flow, one call per run"
 
 
 class ChainInput(TypedDict):
@@ -52,22 +62,44 @@ def prepared(url: str) -> None:
         define_chain(conn, 1, step_queues=False)
 
 
-def single(url: str, runs: int) -> float:
-    """Runs per second of one start_flow call per run."""
+#: Runs per second, and the server process's CPU time per run in us (None where it cannot be read).
+Single = tuple[float, float | None]
+
+
+def single(url: str, runs: int) -> Single:
+    """One start_flow call per run."""
     prepared(url)
     return one_by_one(url, runs)
 
 
-def one_by_one(url: str, runs: int) -> float:
-    """Runs per second of one `pgflow.start_flow` call per run, whichever engine is there."""
+def keyed(url: str, runs: int) -> Single:
+    """One start_flow call per run, each with an idempotency key of its own (so each starts a
+    run: the key's lookup and its unique index entry are the difference)."""
+    prepared(url)
+    return one_by_one(url, runs, keyed=True)
+
+
+def one_by_one(url: str, runs: int, keyed: bool = False) -> Single:
+    """One `pgflow.start_flow` call per run, whichever engine is there."""
     with psycopg.connect(url, autocommit=True) as conn:
+        cpu = backend_cpu(conn)
         started = time.perf_counter()
         for i in range(runs):
-            conn.execute("select from pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
-        return runs / (time.perf_counter() - started)
+            if keyed:
+                conn.execute(
+                    "select from pgflow.start_flow(%s, %s, idempotency_key => %s)",
+                    (FLOW, Jsonb({"i": i}), f"order-{i}"),
+                )
+            else:
+                conn.execute("select from pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+        rate = runs / (time.perf_counter() - started)
+        after = backend_cpu(conn)
+    if cpu is None or after is None:
+        return rate, None
+    return rate, (after - cpu) / runs * 1e6
 
 
-def pgflow_single(url: str, runs: int) -> float:
+def pgflow_single(url: str, runs: int) -> Single:
     """Runs per second of pgflow's own start_flow, one call per run."""
     with psycopg.connect(url, autocommit=True) as conn:
         pgflow_reference.install(conn)
@@ -113,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     figures: dict[str, list[float]] = {}
+    server_us: dict[str, list[float]] = {}
+
+    def record(name: str, measured: Single) -> None:
+        figures.setdefault(name, []).append(measured[0])
+        if measured[1] is not None:
+            server_us.setdefault(name, []).append(measured[1])
+
     if not args.no_pgflow:
         try:
             pgflow_reference.migration_files()
@@ -127,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         for _ in range(args.repeat):
             with fresh_database(admin) as url:
-                figures.setdefault("start_flow, one call per run", []).append(
-                    single(url, args.runs)
-                )
+                record(SINGLE, single(url, args.runs))
+            with fresh_database(admin) as url:
+                record(KEYED, keyed(url, args.runs))
             if not args.no_pgflow:
                 with fresh_database(admin) as url:
-                    figures.setdefault(PGFLOW_SINGLE, []).append(pgflow_single(url, args.runs))
+                    record(PGFLOW_SINGLE, pgflow_single(url, args.runs))
             for chunk in CHUNKS:
                 with fresh_database(admin) as url:
                     figures.setdefault(f"start_flows, {chunk:,} per call", []).append(
@@ -142,13 +181,19 @@ def main(argv: list[str] | None = None) -> int:
                 figures.setdefault("Client.start_flows, 1,000 per call", []).append(
                     client(url, args.runs)
                 )
-    base = figures["start_flow, one call per run"]
+    base = figures[SINGLE]
     for name, rates in figures.items():
         times = [r / b for r, b in zip(rates, base, strict=True)]
         print(
             f"{name:<36} {statistics.median(rates):>9,.0f} runs/s"
             f" ({statistics.median(times):5.1f}x); per repeat "
             + ", ".join(f"{r:,.0f}" for r in rates),
+            flush=True,
+        )
+    for name, cpu in server_us.items():
+        print(
+            f"{name}: server CPU {statistics.median(cpu):,.0f} us per run; per repeat "
+            + ", ".join(f"{c:,.0f}" for c in cpu),
             flush=True,
         )
     if PGFLOW_SINGLE in figures:

@@ -21,17 +21,28 @@ as $$
 #variable_conflict use_column
 declare
   v_count int := coalesce(cardinality(inputs), 0);
-  v_root_map text;
+  v_flow record;
   v_bad record;
   v_ids uuid[];
   v_new uuid[];
-  v_plain boolean;
+  v_new_inputs jsonb[];
   v_root record;
   v_traceparent text := substring(current_setting('pgflow.traceparent', true)
     from '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
 begin
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
+  -- The definition is read once (engine 0026), as start_flow reads it.
+  select count(s.step_slug)::int as step_count,
+    (array_agg(s.step_slug order by s.step_index)
+      filter (where s.step_type = 'map' and s.deps_count = 0))[1] as root_map,
+    coalesce(bool_and(s.step_type = 'single' and s.required_input_pattern is null
+      and s.forbidden_input_pattern is null) filter (where s.deps_count = 0), false) as plain
+  into v_flow
+  from pgflow.flows as f
+  left join pgflow.steps as s on s.flow_slug = f.flow_slug
+  where f.flow_slug = start_flows.flow_slug
+  group by f.flow_slug;
+  if not found then
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
   end if;
@@ -52,15 +63,12 @@ begin
     raise exception 'Input % of the runs of flow "%" must not be SQL NULL.', v_bad.n, flow_slug
       using errcode = '22004', hint = 'Pass a JSON value; ''null''::jsonb is a valid JSON input.';
   end if;
-  select s.step_slug into v_root_map from pgflow.steps as s
-  where s.flow_slug = start_flows.flow_slug and s.step_type = 'map' and s.deps_count = 0
-  order by s.step_index limit 1;
-  if v_root_map is not null then
+  if v_flow.root_map is not null then
     select i.n, jsonb_typeof(i.input) as kind into v_bad from unnest(inputs) with ordinality as i (input, n)
     where jsonb_typeof(i.input) <> 'array' order by i.n limit 1;
     if found then
       raise exception 'Flow "%" maps its input in step "%", so input % must be a JSON array, got %.',
-        flow_slug, v_root_map, v_bad.n, v_bad.kind
+        flow_slug, v_flow.root_map, v_bad.n, v_bad.kind
         using errcode = '22023';
     end if;
   end if;
@@ -68,22 +76,20 @@ begin
   v_ids := array(select gen_random_uuid() from generate_series(1, v_count));
   with started as (
     insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent)
-    select w.run_id, start_flows.flow_slug, w.input,
-      (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug), w.key,
-      v_traceparent
+    select w.run_id, start_flows.flow_slug, w.input, v_flow.step_count, w.key, v_traceparent
     from unnest(v_ids, inputs, coalesce(idempotency_keys, array_fill(null::text, array[v_count])))
       with ordinality as w (run_id, input, key, n)
     order by w.n
     on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing
-    returning run_id
+    returning run_id, input
   )
-  select coalesce(array_agg(s.run_id), '{}') into v_new from started as s;
+  select coalesce(array_agg(s.run_id), '{}'), coalesce(array_agg(s.input), '{}')
+  into v_new, v_new_inputs
+  from started as s;
 
   if cardinality(v_new) > 0 then
-    select count(*) > 0 and bool_and(s.step_type = 'single' and s.required_input_pattern is null
-        and s.forbidden_input_pattern is null) into v_plain
-    from pgflow.steps as s where s.flow_slug = start_flows.flow_slug and s.deps_count = 0;
-    -- Plain root steps start in the same statement (each has its one task, queued below).
+    -- Plain root steps start in the same statement (each has its one task, queued below). The
+    -- new runs' inputs come from the insert, not from reading the runs again (engine 0026).
     insert into pgflow.step_states (run_id, flow_slug, step_slug, remaining_deps, initial_tasks,
       status, started_at, remaining_tasks)
     select r.run_id, s.flow_slug, s.step_slug, s.deps_count,
@@ -91,19 +97,19 @@ begin
         when s.step_type in ('single', 'signal') then 1
         when s.deps_count = 0 then jsonb_array_length(r.input)
       end,
-      case when v_plain and s.deps_count = 0 then 'started' else 'created' end,
-      case when v_plain and s.deps_count = 0 then clock_timestamp() end,
-      case when v_plain and s.deps_count = 0 then 1 end
-    from pgflow.runs as r
-    join pgflow.steps as s on s.flow_slug = r.flow_slug
-    where r.run_id = any (v_new);
+      case when v_flow.plain and s.deps_count = 0 then 'started' else 'created' end,
+      case when v_flow.plain and s.deps_count = 0 then clock_timestamp() end,
+      case when v_flow.plain and s.deps_count = 0 then 1 end
+    from unnest(v_new, v_new_inputs) as r (run_id, input)
+    cross join pgflow.steps as s
+    where s.flow_slug = start_flows.flow_slug;
     perform pg_notify(
       'pgflow_run_' || replace(r.run_id::text, '-', ''),
       json_build_object('event', 'run:started', 'run_id', r.run_id, 'step_slug', null, 'status', 'started')::text
     )
     from unnest(v_new) as r (run_id);
 
-    if v_plain then
+    if v_flow.plain then
       -- Every root step starts with one task in every new run: one message insert per root
       -- step, its task rows paired with their messages by the task key the message carries.
       for v_root in
