@@ -66,17 +66,11 @@ def prepared(url: str) -> None:
 Single = tuple[float, float | None]
 
 
-def single(url: str, runs: int) -> Single:
-    """One start_flow call per run."""
+def single(url: str, runs: int, keyed: bool = False) -> Single:
+    """One start_flow call per run; with `keyed`, each with an idempotency key of its own (so
+    each starts a run: the key's lookup and its unique index entry are the difference)."""
     prepared(url)
-    return one_by_one(url, runs)
-
-
-def keyed(url: str, runs: int) -> Single:
-    """One start_flow call per run, each with an idempotency key of its own (so each starts a
-    run: the key's lookup and its unique index entry are the difference)."""
-    prepared(url)
-    return one_by_one(url, runs, keyed=True)
+    return one_by_one(url, runs, keyed)
 
 
 def one_by_one(url: str, runs: int, keyed: bool = False) -> Single:
@@ -100,7 +94,7 @@ def one_by_one(url: str, runs: int, keyed: bool = False) -> Single:
 
 
 def pgflow_single(url: str, runs: int) -> Single:
-    """Runs per second of pgflow's own start_flow, one call per run."""
+    """pgflow's own start_flow, one call per run."""
     with psycopg.connect(url, autocommit=True) as conn:
         pgflow_reference.install(conn)
         pgflow_reference.define_chain(conn, FLOW, STEPS)
@@ -168,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             with fresh_database(admin) as url:
                 record(SINGLE, single(url, args.runs))
             with fresh_database(admin) as url:
-                record(KEYED, keyed(url, args.runs))
+                record(KEYED, single(url, args.runs, keyed=True))
             if not args.no_pgflow:
                 with fresh_database(admin) as url:
                     record(PGFLOW_SINGLE, pgflow_single(url, args.runs))
