@@ -1,11 +1,16 @@
 """End-to-end benchmarks: real worker processes from generated entry files, next to raw PGMQ.
 
-    .venv/bin/python benchmarks/e2e.py [--runs 1500] [--durable]
+    .venv/bin/python benchmarks/e2e.py [--runs 1500] [--durable] [--py-spy DIR]
         [--only throughput latency steady isolation idle retry]
 
 1. throughput: a 3-step sequential step-queued flow (`benchChain`), one worker process per step;
    RUNS runs become visible at once; tasks/s until the last run completes. Raw PGMQ in the same
    run: send + read + archive in batches of 10, by 1 client and by 3 clients (one queue each).
+   Where the CPU goes, per task and per raw message: the clients' (worker processes, from /proc;
+   raw clients, from their resource usage) and the whole server's (every server process,
+   including those that ended, from /proc). With `--py-spy DIR`, py-spy samples each worker's
+   stacks meanwhile into DIR/<module>.txt (collapsed stacks; it costs CPU, so take the rates
+   from a run without it).
 2. latency: runs started one every 20 ms; the handoff from a step's completion to the claim of its
    dependent (the moment before its handler starts), from the engine's own timestamps.
    steady: steady traffic on the same flow, runs started one by one (one start_flow call and
@@ -31,6 +36,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,11 +52,19 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from benchmarks.engine_throughput import fresh_database, raw_pgmq, server
+from benchmarks.engine_throughput import (
+    fresh_database,
+    process_cpu,
+    raw_pgmq,
+    server,
+    server_cpu,
+)
 from pgflow_gen.runtime import migrations
 
 PROJECT = Path(__file__).parent / "project"
 DEADLINE_S = 300.0
+#: Messages each raw PGMQ client sends, reads and archives.
+RAW_MESSAGES = 6000
 #: How long each steady-traffic phase starts runs.
 STEADY_S = 10.0
 #: The reporter's linger in seconds in every worker process; None leaves its default.
@@ -57,6 +73,7 @@ LINGER_S: float | None = None
 
 class Worker:
     def __init__(self, url: str, module: str, logs: Path, **env: str) -> None:
+        self.module = module
         self.log_path = logs / f"{module}.{time.monotonic_ns()}.log"
         self._log = self.log_path.open("w")
         entry = f"app.pgflow.workers.{module}"
@@ -79,8 +96,7 @@ class Worker:
 
     def cpu(self) -> float:
         """CPU seconds the worker process has used."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu(self.proc.pid)
 
     def wait_started(self) -> None:
         until(lambda: " started (" in self.log_path.read_text(), f"{self.log_path.name}")
@@ -138,21 +154,93 @@ def migrated(url: str) -> None:
 CHAIN = ("bench_chain.one", "bench_chain.two", "bench_chain.three")
 
 
-def throughput(url: str, runs: int) -> tuple[float, float]:
-    """(tasks per second, the workers' CPU time per task in us) of RUNS runs started at once."""
+@dataclass(frozen=True)
+class Cpu:
+    """CPU time per item (task or message) in us: the clients' (worker processes, or raw PGMQ
+    clients) and the whole server's (None when the server is not a local process)."""
+
+    clients: float
+    server: float | None
+
+    def __str__(self) -> str:
+        if self.server is None:
+            return f"clients {self.clients:,.0f} us (the server's CPU cannot be read from here)"
+        total = self.clients + self.server
+        return f"clients {self.clients:,.0f} + server {self.server:,.0f} = {total:,.0f} us"
+
+
+def throughput(url: str, runs: int, py_spy: Path | None = None) -> tuple[float, Cpu]:
+    """(tasks per second, CPU per task) of RUNS runs started at once. With `py_spy`, each
+    worker's stacks are sampled into PY_SPY/<module>.txt (py-spy's collapsed format) meanwhile."""
     migrated(url)
     with workers(url, *CHAIN) as started, psycopg.connect(url, autocommit=True) as conn:
-        cpu_before = sum(w.cpu() for w in started)
         conn.execute(
             "select pgflow.start_flow('benchChain', jsonb_build_object('i', i))"
             " from generate_series(1, %s) as i",
             (runs,),
         )  # one transaction: every first task becomes visible at the same moment
-        began = time.perf_counter()
-        until_completed(conn, runs, "benchChain")
-        elapsed = time.perf_counter() - began
-        cpu = sum(w.cpu() for w in started) - cpu_before
-        return 3 * runs / elapsed, 1e6 * cpu / (3 * runs)
+        with sampled(started, py_spy):
+            cpu_before, server_before = sum(w.cpu() for w in started), server_cpu(conn)
+            began = time.perf_counter()
+            until_completed(conn, runs, "benchChain")
+            elapsed = time.perf_counter() - began
+            cpu, server_after = sum(w.cpu() for w in started), server_cpu(conn)
+        tasks = 3 * runs
+        return tasks / elapsed, Cpu(
+            1e6 * (cpu - cpu_before) / tasks, per_item(server_before, server_after, tasks)
+        )
+
+
+def per_item(before: float | None, after: float | None, items: int) -> float | None:
+    """Microseconds per item between two CPU readings (None if either is unknown)."""
+    return None if before is None or after is None else 1e6 * (after - before) / items
+
+
+@contextmanager
+def sampled(started: list[Worker], into: Path | None) -> Iterator[None]:
+    """While the block runs, py-spy samples each worker's stacks into INTO/<module>.txt."""
+    if into is None:
+        yield
+        return
+    into.mkdir(parents=True, exist_ok=True)
+    spies = []
+    for w in started:
+        output = str(into / f"{w.module}.txt")
+        command = [py_spy(), "record", "--pid", str(w.proc.pid), "--rate", "250",
+                   "--nonblocking", "--format", "raw", "--output", output]  # fmt: skip
+        spies.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
+        for spy in spies:
+            _, err = spy.communicate(timeout=60)
+            if spy.returncode != 0:
+                print(f"py-spy failed: {err.decode(errors='replace').strip()}", file=sys.stderr)
+
+
+def py_spy() -> str:
+    """The py-spy executable: beside this Python's (the dev environment installs it) or on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--py-spy needs py-spy: make test installs it, or pip install py-spy")
+    return found
+
+
+def raw_with_cpu(url: str, clients: int) -> tuple[float, Cpu]:
+    """Raw PGMQ at batch 10 by `clients` clients (engine_throughput.raw_pgmq): (messages per
+    second, CPU per message, the clients' from their processes' resource usage)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        server_before = server_cpu(conn)
+        own_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = raw_pgmq(url, RAW_MESSAGES, 10, clients)
+        own_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_after = server_cpu(conn)
+    messages = RAW_MESSAGES * clients
+    used = (own_after.ru_utime - own_before.ru_utime) + (own_after.ru_stime - own_before.ru_stime)
+    return result.rate, Cpu(1e6 * used / messages, per_item(server_before, server_after, messages))
 
 
 def latency(url: str, runs: int = 300) -> list[float]:
@@ -307,15 +395,11 @@ def idle_cost(url: str, seconds: float = 20.0) -> tuple[float, float]:
                 conn, "select xact_commit from pg_stat_database where datname = %s", dbname
             )
 
-        def cpu() -> float:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
         conn.execute("select pg_stat_clear_snapshot()")
-        before_commits, before_cpu = commits(), cpu()
+        before_commits, before_cpu = commits(), process_cpu(pid)
         time.sleep(seconds)  # the measured idle window
         conn.execute("select pg_stat_clear_snapshot()")
-        after_commits, after_cpu = commits(), cpu()
+        after_commits, after_cpu = commits(), process_cpu(pid)
         own = 3  # this function's own statements inside the window
         return (
             100 * (after_cpu - before_cpu) / seconds,
@@ -339,7 +423,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--linger-ms", type=float, help="the reporter's linger in the worker processes"
     )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="sample the throughput workers' stacks with py-spy into DIR/<module>.txt",
+    )
     args = parser.parse_args(argv)
+    if args.py_spy is not None:
+        py_spy()  # missing: said now, not after the raw measurements
     global LINGER_S
     if args.linger_ms is not None:
         LINGER_S = args.linger_ms / 1000
@@ -351,17 +443,20 @@ def main(argv: list[str] | None = None) -> int:
     with server(args.durable) as admin:
         if "throughput" in args.only:
             with fresh_database(admin) as url:
-                raw1 = raw_pgmq(url, 6000, 10).rate
+                raw1, _ = raw_with_cpu(url, 1)
             with fresh_database(admin) as url:
-                raw3 = raw_pgmq(url, 6000, 10, 3).rate
+                raw3, raw3_cpu = raw_with_cpu(url, 3)
             with fresh_database(admin) as url:
-                rate, cpu_us = throughput(url, args.runs)
+                rate, cpu = throughput(url, args.runs, args.py_spy)
             print(
                 f"throughput: {rate:,.0f} tasks/s ({args.runs} runs x 3 steps, 3 workers),"
-                f" worker CPU {cpu_us:,.0f} us per task"
+                f" worker CPU {cpu.clients:,.0f} us per task"
             )
             print(f"  raw PGMQ batch 10: 1 client {raw1:,.0f} msg/s, 3 clients {raw3:,.0f} msg/s")
             print(f"  ratio: {100 * rate / raw1:.1f} % of 1 client, {100 * rate / raw3:.1f} % of 3")
+            print(f"  CPU per task: {cpu}; per raw message (3 clients): {raw3_cpu}")
+            if args.py_spy is not None:
+                print(f"  the workers' stacks: {args.py_spy}/<module>.txt (py-spy, collapsed)")
         if "latency" in args.only:
             with fresh_database(admin) as url:
                 waits = latency(url)
@@ -388,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if "idle" in args.only:
             with fresh_database(admin) as url:
-                cpu, tps = idle_cost(url)
-            print(f"idle worker: {cpu:.2f} % of a core, {tps:.2f} transactions/s")
+                core_percent, tps = idle_cost(url)
+            print(f"idle worker: {core_percent:.2f} % of a core, {tps:.2f} transactions/s")
         if "retry" in args.only:
             with fresh_database(admin) as url:
                 late = retry_lateness(url)

@@ -105,12 +105,45 @@ class Result:
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> float | None:
     """CPU seconds the connection's server process has used (None: not a local process)."""
-    pid = conn.info.backend_pid
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return process_cpu(conn.info.backend_pid)
     except OSError:
         return None
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) a local process has used; OSError when it is not there."""
+    fields = _proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(conn: psycopg.Connection[Any]) -> float | None:
+    """CPU seconds the whole server has used so far (None: not a local server): the
+    postmaster, every process it has now (backends, WAL writer, checkpointer, autovacuum), and
+    the processes that ended since it started (the kernel adds them to the postmaster's children
+    times once they are reaped). The difference of two readings is the server's CPU in between."""
+    try:
+        backend = _proc_stat(conn.info.backend_pid)
+        postmaster = int(backend[1])
+        total = sum(int(field) for field in _proc_stat(postmaster)[11:15])
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = _proc_stat(int(entry.name))
+            except OSError:
+                continue  # ended while we looked: its time is the postmaster's children's now
+            if int(fields[1]) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+    except OSError:
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (fields[1] is the parent's pid,
+    fields[11:15] utime, stime, cutime and cstime in clock ticks)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def in_parallel(url: str, loops: Sequence[Callable[[psycopg.Connection[Any]], int]]) -> Result:
