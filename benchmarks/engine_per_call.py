@@ -1,19 +1,22 @@
-"""Per-call time of the plain claim paths on two engine versions, side by side on one server.
+"""Per-call time of the claim paths on two engine versions, side by side on one server.
 
 An earlier engine version (`--against`, default 0019) and the latest one each get a fresh database
 on one embedded server, with the same runs of `engine_throughput.py`'s 3-step chain queued; then
-one client drives both, one task at a time, in alternating chunks of 100 calls (ABBA, so drift in
-this shared machine's speed falls on both alike), and prints each version's time per call as
-Python sees it and its backend's CPU time per call (from `/proc`), for each repeat:
+one client drives both, one task at a time (`--batch N`: N at a time), in alternating chunks of
+100 calls (ABBA, so drift in this shared machine's speed falls on both alike), and prints each
+version's time per call as Python sees it and its backend's CPU time per call (from `/proc`),
+for each repeat:
 
     .venv/bin/python benchmarks/engine_per_call.py [--loop complete_and_claim|read_and_claim]
-        [--against 0019] [--runs 3000] [--repeat 2] [--durable] [--database-settings]
+        [--against 0019] [--runs 3000] [--repeat 2] [--batch 1] [--keyed] [--durable]
+        [--database-settings]
 
 `complete_and_claim` reports a task and claims the next in one call, as a busy worker does;
-`read_and_claim` claims with one call and reports with `complete_task`, as a worker with a lone
-result does (both calls are timed together). `--database-settings` sets `pgflow.live_within` on
-each database (`alter database ... set`), the case where the engine must tell the database's
-liveness settings from a session's.
+`read_and_claim` claims with one call and reports with `complete_task` (`complete_tasks` for a
+batch), as a worker with a lone result does (both calls are timed together). `--keyed` gives
+every step a concurrency key whose limit no run reaches, as `engine_throughput.py --keyed` does.
+`--database-settings` sets `pgflow.live_within` on each database (`alter database ... set`), the
+case where the engine must tell the database's liveness settings from a session's.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ from pgflow_gen.runtime import migrations
 CHUNK = 100
 
 COMPLETE_AND_CLAIM = (
-    et.CLAIMED + "pgflow.complete_and_claim(%s, %s, %s, 1, 30, null,"
+    et.CLAIMED + "pgflow.complete_and_claim(%s, %s, %s, %s, 30, null,"
     " %s, %s, %s, %s::jsonb[], %s::int[])"
 )
-READ_AND_CLAIM = et.CLAIMED + "pgflow.read_and_claim(%s, %s, %s, 1, 30, null)"
+READ_AND_CLAIM = et.CLAIMED + "pgflow.read_and_claim(%s, %s, %s, %s, 30, null)"
 
 
 @dataclass
@@ -49,15 +52,17 @@ class Version:
     name: str
     conn: psycopg.Connection[Any]
     route: et.Route
+    batch: int
     tasks: list[Any] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     cpu_per_call: list[float] = field(default_factory=list)
 
 
-def prepare(url: str, name: str, target: str | None, runs: int, settings: bool) -> Version:
-    """A database migrated to `target` (None: the latest) with `runs` runs of the chain queued."""
+def prepare(url: str, name: str, target: str | None, args: argparse.Namespace) -> Version:
+    """A database migrated to `target` (None: the latest) with `args.runs` runs of the chain
+    queued (keyed with `args.keyed`)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        if settings:
+        if args.database_settings:
             conn.execute(
                 sql.SQL("alter database {} set pgflow.live_within = '15s'").format(
                     sql.Identifier(conn.info.dbname)
@@ -66,15 +71,17 @@ def prepare(url: str, name: str, target: str | None, runs: int, settings: bool) 
     conn = psycopg.connect(url, autocommit=True)
     migrations.migrate(conn, target=target)
     (route,) = et.define_chain(conn, 1, False)
-    for i in range(runs):
+    if args.keyed:
+        et.key_every_step(conn)
+    for i in range(args.runs):
         conn.execute("select pgflow.start_flow(%s, %s)", (et.FLOW, Jsonb({"i": i})))
-    version = Version(name, conn, route)
+    version = Version(name, conn, route, args.batch)
     version.tasks = conn.execute(READ_AND_CLAIM, selector(version)).fetchall()
     return version
 
 
 def selector(version: Version) -> tuple[Any, ...]:
-    return (et.FLOW, version.route.queue, version.route.worker_id)
+    return (et.FLOW, version.route.queue, version.route.worker_id, version.batch)
 
 
 def complete_and_claim(version: Version) -> list[Any]:
@@ -114,12 +121,12 @@ def measure(args: argparse.Namespace) -> list[Version]:
         et.fresh_database(admin) as newer_url,
     ):
         versions = [
-            prepare(older_url, args.against, args.against, args.runs, args.database_settings),
-            prepare(newer_url, "latest", None, args.runs, args.database_settings),
+            prepare(older_url, args.against, args.against, args),
+            prepare(newer_url, "latest", None, args),
         ]
         try:
-            # Every task of the chain but the last claimed one, in whole chunks.
-            for round_ in range((args.runs * 3 - 1) // CHUNK):
+            # Every task of the chain but the last claimed batch, in whole chunks.
+            for round_ in range((args.runs * 3 - args.batch) // (CHUNK * args.batch)):
                 order = versions if round_ % 4 in (0, 3) else versions[::-1]
                 for version in order:
                     chunk(version, call)
@@ -148,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default="0019", help="the earlier engine version")
     parser.add_argument("--runs", type=int, default=3000, help="runs of the 3-step chain")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=1, help="tasks claimed and completed a call")
+    parser.add_argument("--keyed", action="store_true", help="every step keyed (never full)")
     parser.add_argument("--durable", action="store_true", help="the server's default settings")
     parser.add_argument("--database-settings", action="store_true")
     args = parser.parse_args(argv)
     print(
-        f"{args.loop}, batch 1, {'durable' if args.durable else 'fast'} server,"
+        f"{args.loop}, batch {args.batch}{', every step keyed' if args.keyed else ''},"
+        f" {'durable' if args.durable else 'fast'} server,"
         f" {args.runs} runs x 3 steps, engine {args.against} against the latest"
         + (", pgflow.live_within set per database" if args.database_settings else ""),
         flush=True,

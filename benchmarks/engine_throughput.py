@@ -272,12 +272,8 @@ def engine(
                 "select pgflow.set_step_limits(%s, %s, max_in_flight => %s)",
                 (FLOW, step, UNREACHED_CAP),
             )
-        if keyed:  # as a spec's `concurrency: {key: $.i, max_in_flight: 100000}` would set
-            conn.execute(
-                "update pgflow.steps set opt_concurrency_key = '$.i', opt_concurrency_limit = %s"
-                " where flow_slug = %s",
-                (UNREACHED_CAP, FLOW),
-            )
+        if keyed:
+            key_every_step(conn)
         started = time.perf_counter()
         for i in range(runs):
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
@@ -328,6 +324,16 @@ def define_chain(conn: psycopg.Connection[Any], clients: int, step_queues: bool)
             (route.worker_id, route.queue, FLOW, route.step),
         )
     return routes
+
+
+def key_every_step(conn: psycopg.Connection[Any]) -> None:
+    """Every step of the chain keyed by its run (`$.i`) with a limit no run reaches, as a spec's
+    `concurrency: {key: $.i, max_in_flight: 100000}` would set."""
+    conn.execute(
+        "update pgflow.steps set opt_concurrency_key = '$.i', opt_concurrency_limit = %s"
+        " where flow_slug = %s",
+        (UNREACHED_CAP, FLOW),
+    )
 
 
 CLAIMED = "select run_id, step_slug, task_index, attempt from "

@@ -214,9 +214,7 @@ def test_batched_starts_and_completions_park_keyed_steps(engine: Engine) -> None
     ]
     firsts = engine.poll("fair")
     assert len(firsts) == 5
-    engine.complete_batch(
-        firsts, [1] * 5
-    )  # the batched path leaves the keyed child to the general one
+    engine.complete_batch(firsts, [1] * 5)  # set-based: the keyed children are parked together
     assert queued_keys(engine) == [("a", 0), ("a", 1)]
     assert_consistent(engine)
     while tasks := engine.poll("fair"):

@@ -4,13 +4,14 @@
 -- The common case is done set-based, a handful of statements for the whole batch: a started task of
 -- a single step whose children are all plain single steps (no condition, not a map). Its step
 -- completes, every child whose last dependency finished starts (one message insert per queue for
--- the batch; a child with a concurrency key, engine 0018, is not plain), the tasks' messages are
--- deleted (one call per queue; archived before engine 0025), and runs with no step left
--- complete. So are the tasks of a map step that has more tasks left than the batch holds of it
--- (engine 0014): they only count their step down. Every other task (a map task that may finish
--- its step, a step with a conditional or map child, a late callback of a finished run) goes
--- through complete_task, after the set-based ones, in input order; so does a batch that names a
--- task twice, and a batch of one (complete_task is cheaper for a single task). `attempts` fences
+-- the batch; a child with a concurrency key, engine 0018, has its tasks parked, one call per
+-- child step, engine 0027), the tasks' messages are deleted (one call per queue; archived before
+-- engine 0025), and runs with no step left complete. So are the tasks of a map step that has
+-- more tasks left than the batch holds of it (engine 0014): they only count their step down.
+-- Every other task (a map task that may finish its step, a step with a conditional or map child,
+-- a late callback of a finished run) goes through complete_task, after the set-based ones, in
+-- input order; so does a batch that names a task twice, and a batch of one (complete_task is
+-- cheaper for a single task). `attempts` fences
 -- each result as complete_task's `attempt` does: a stale one changes nothing and its row comes
 -- back unchanged.
 --
@@ -37,6 +38,7 @@ declare
   v_started record;
   v_missing record;
   v_queue text;
+  v_keyed record;
   v_general int[];
   v_attempts int[];
   v_map_positions bigint[];
@@ -86,7 +88,7 @@ begin
         join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
         where d.flow_slug = s.flow_slug and d.dep_slug = s.step_slug
           and (c.step_type <> 'single' or c.required_input_pattern is not null
-            or c.forbidden_input_pattern is not null or c.opt_concurrency_key is not null)
+            or c.forbidden_input_pattern is not null)
       ) as plain
     -- Joined in this order (join_collapse_limit), each by its whole key: a task by the key
     -- the caller sends, never by its step alone (a big map step has thousands).
@@ -232,6 +234,7 @@ begin
       array_agg(coalesce(s.opt_start_delay, 0) order by c.run_id, s.step_index) as delays,
       array_agg(c.last order by c.run_id, s.step_index) as positions,
       array_agg(s.step_index order by c.run_id, s.step_index) as step_indexes,
+      array_agg(s.opt_concurrency_key order by c.run_id, s.step_index) as key_paths,
       (select array_agg(n.run_id) from counted as n where n.remaining_steps = 0) as finished_runs,
       (select array_agg(d.queue_name order by d.message_id) from done as d) as done_queues,
       (select array_agg(d.message_id order by d.message_id) from done as d) as done_messages
@@ -240,18 +243,21 @@ begin
     join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     where c.remaining_deps = 0;
 
-    -- One message per started child (a single step has one task), one insert per queue; the
-    -- task rows are paired with their messages by the task key the message carries.
-    for v_queue in select distinct q.name from unnest(v_started.queue_names) as q (name) order by 1 loop
+    -- One message per started child without a key (a single step has one task), one insert per
+    -- queue; the task rows are paired with their messages by the task key the message carries.
+    for v_queue in
+      select distinct q.name from unnest(v_started.queue_names, v_started.key_paths) as q (name, key_path)
+      where q.key_path is null order by 1
+    loop
       execute format(
         $q$
           with sent as (
             insert into pgmq.%I (vt, message)
             select clock_timestamp() + make_interval(secs => x.delay),
               jsonb_build_object('flow_slug', x.flow_slug, 'run_id', x.run_id, 'step_slug', x.step_slug, 'task_index', 0)
-            from unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[])
-              as x (run_id, flow_slug, step_slug, delay, queue_name)
-            where x.queue_name = $6
+            from unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $7::text[])
+              as x (run_id, flow_slug, step_slug, delay, queue_name, key_path)
+            where x.queue_name = $6 and x.key_path is null
             returning msg_id, message
           )
           insert into pgflow.step_tasks (run_id, flow_slug, step_slug, task_index, message_id, queue_name)
@@ -262,7 +268,24 @@ begin
         pgflow.pgmq_table_name(v_queue)
       )
       using v_started.run_ids, v_started.flow_slugs, v_started.step_slugs, v_started.delays,
-        v_started.queue_names, v_queue;
+        v_started.queue_names, v_queue, v_started.key_paths;
+    end loop;
+
+    -- A started child with a concurrency key has its task parked under its key's value (engine
+    -- 0018), as pgflow._advance_run parks it: one call per child step, its runs in the order of
+    -- the completions that started them (engine 0027; before, each went through complete_task).
+    for v_keyed in
+      select k.flow_slug, k.step_slug, k.queue_name, k.key_path, k.delay,
+        array_agg(k.run_id order by k.position, k.run_id) as run_ids
+      from unnest(v_started.flow_slugs, v_started.step_slugs, v_started.queue_names,
+        v_started.key_paths, v_started.delays, v_started.run_ids, v_started.positions)
+        as k (flow_slug, step_slug, queue_name, key_path, delay, run_id, position)
+      where k.key_path is not null
+      group by k.flow_slug, k.step_slug, k.queue_name, k.key_path, k.delay
+      order by k.flow_slug, k.step_slug
+    loop
+      perform pgflow._park_keyed_tasks(v_keyed.flow_slug, v_keyed.step_slug, v_keyed.queue_name,
+        v_keyed.key_path, v_keyed.delay, v_keyed.run_ids, array_fill(1, array[cardinality(v_keyed.run_ids)]));
     end loop;
 
     -- The completed tasks' messages are deleted at once, one call per queue: their task rows
