@@ -4,6 +4,7 @@ tasks finish, however they finish; another key's task never waits behind a backl
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -220,6 +221,75 @@ def test_batched_starts_and_completions_park_keyed_steps(engine: Engine) -> None
     while tasks := engine.poll("fair"):
         engine.complete_batch(tasks, [1] * len(tasks))
     assert {engine.run(r)["status"] for r in runs} == {"completed"}
+
+
+def test_a_batch_that_finishes_both_parents_of_a_keyed_child_parks_it_once(
+    engine: Engine,
+) -> None:
+    """Engine 0027: the set-based path starts a keyed child whose last parents finish in one
+    batch once, parked under its key, and announces its start once."""
+    engine.compile(
+        "fair",
+        [
+            {"slug": "left"},
+            {"slug": "right"},
+            {"slug": "call", "deps": ["left", "right"],
+             "options": {**KEYED, "concurrencyLimit": 1}},
+        ],
+        mode="flow",
+        options={},
+    )  # fmt: skip
+    runs = [start(engine, "a", n) for n in range(2)]
+    roots = engine.poll("fair")
+    assert sorted(t.step_slug for t in roots) == ["left", "left", "right", "right"]
+    with engine.conn.cursor() as cur:
+        for run in runs:
+            cur.execute(f"listen pgflow_run_{run.hex}")
+    engine.complete_batch(roots, [1] * len(roots))
+
+    for run in runs:
+        assert [t["status"] for t in engine.tasks(run, "call")] == ["queued"]
+    assert queued_keys(engine) == [("a", 0)]  # the limit is 1: the second run's task waits
+    assert engine.value("select count(*) from pgflow.parked_tasks") == 1
+    assert_consistent(engine)
+    # Committed already: the timeout only bounds a wait for events that never come.
+    events = [json.loads(n.payload) for n in engine.conn.notifies(timeout=30, stop_after=6)]
+    assert sorted((e["event"], e["step_slug"]) for e in events) == [
+        *[("step:completed", "left")] * 2, *[("step:completed", "right")] * 2,
+        *[("step:started", "call")] * 2,
+    ]  # fmt: skip
+    assert sorted(e["run_id"] for e in events if e["event"] == "step:started") == sorted(
+        str(r) for r in runs
+    )
+
+
+def test_a_keyed_child_started_by_a_batch_keeps_its_start_delay(engine: Engine) -> None:
+    engine.compile(
+        "fair",
+        [{"slug": "first"},
+         {"slug": "call", "deps": ["first"], "options": {**KEYED, "startDelay": 3600}}],
+        mode="flow",
+        options={},
+    )  # fmt: skip
+    runs = [start(engine, "a", n) for n in range(3)]
+    firsts = engine.poll("fair")
+    engine.complete_batch(firsts, [1] * len(firsts))
+
+    delays = engine.all(
+        "select extract(epoch from q.vt - clock_timestamp()) as wait from pgmq.q_fair as q"
+        " where q.message ->> 'step_slug' = 'call'"
+    )
+    assert len(delays) == 2  # two places; the third run's task is parked
+    assert all(3500 < row["wait"] <= 3600 for row in delays)
+    assert (
+        engine.value(
+            "select extract(epoch from not_before - clock_timestamp()) from pgflow.parked_tasks"
+        )
+        > 3500
+    )
+    assert engine.poll("fair") == []  # nothing is visible before its delay
+    assert {engine.run(r)["status"] for r in runs} == {"started"}
+    assert_consistent(engine)
 
 
 def test_concurrency_usage_reports_keys_active_and_waiting(fair: Engine) -> None:
