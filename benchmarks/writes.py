@@ -14,11 +14,13 @@ and the work:
   per run.
 
     .venv/bin/python benchmarks/writes.py [--steps 1 3] [--batch 1 10] [--runs 2000]
-        [--against 0024] [--durable] [--tables]
+        [--against 0024] [--durable] [--tables] [--keyed]
 
 Fast settings by default (fsync, synchronous_commit and full_page_writes off); `--durable` the
-server's defaults. Writes do not depend on the machine's speed, so one repeat says it all;
-autovacuum may run during a measurement and shrink growth, never the counts.
+server's defaults. `--keyed` gives every step a concurrency key whose limit no run reaches (what
+a keyed task writes besides: its parked row, its key's events and count). Writes do not depend
+on the machine's speed, so one repeat says it all; autovacuum may run during a measurement and
+shrink growth, never the counts.
 """
 
 from __future__ import annotations
@@ -111,8 +113,11 @@ def raw(url: str, runs: int, batch: int) -> Measured:
     return difference("raw PGMQ", before, snapshot(url), runs, runs)
 
 
-def engine(url: str, name: str, target: str | None, steps: int, runs: int, batch: int) -> Measured:
-    """`runs` runs of a chain of `steps` steps on engine `target` (None: the latest)."""
+def engine(
+    url: str, name: str, target: str | None, steps: int, runs: int, batch: int, keyed: bool
+) -> Measured:
+    """`runs` runs of a chain of `steps` steps on engine `target` (None: the latest), every step
+    keyed with `keyed`."""
     with psycopg.connect(url, autocommit=True) as conn:
         migrations.migrate(conn, target=target)
         conn.execute("select pgflow.create_flow(%s)", (et.FLOW,))
@@ -120,6 +125,8 @@ def engine(url: str, name: str, target: str | None, steps: int, runs: int, batch
         for step in et.STEPS[:steps]:
             conn.execute("select pgflow.add_step(%s, %s, %s)", (et.FLOW, step, previous))
             previous = [step]
+        if keyed:
+            et.key_every_step(conn)
         route = et.Route(et.FLOW.lower(), None, uuid.uuid4())
         conn.execute(
             "select pgflow.register_worker(%s, %s, 'bench', %s, null)",
@@ -174,10 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default="0024", help="the earlier engine version")
     parser.add_argument("--durable", action="store_true", help="the server's default settings")
     parser.add_argument("--tables", action="store_true", help="print the counts per table")
+    parser.add_argument("--keyed", action="store_true", help="every step keyed (never full)")
     args = parser.parse_args(argv)
     print(
         f"{args.runs} runs, {'durable' if args.durable else 'fast'} server,"
-        f" engine {args.against} against the latest; per run (per task)",
+        f" engine {args.against} against the latest"
+        f"{', every step keyed' if args.keyed else ''}; per run (per task)",
         flush=True,
     )
     with et.server(durable=args.durable) as admin:
@@ -189,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(raw(url, args.runs, batch))
                 for name, target in ((args.against, args.against), ("latest", None)):
                     with et.fresh_database(admin) as url:
-                        results.append(engine(url, name, target, steps, args.runs, batch))
+                        results.append(
+                            engine(url, name, target, steps, args.runs, batch, args.keyed)
+                        )
                 for measured in results:
                     print(line(measured, steps), flush=True)
                     if args.tables:
