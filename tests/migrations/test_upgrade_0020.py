@@ -8,26 +8,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine, shape_step
 from tests.roles import Logins, logins_on, refused
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import claimed_work_finishes, engine_at, upgrade_to
 
 
 @pytest.fixture
 def version_19(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0019")]
-        assert applied[-1] == "0019"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0019") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0020")] == ["0020"]
+    upgrade_to(engine, "0020")
 
 
 def test_work_claimed_on_0019_finishes(version_19: Engine) -> None:

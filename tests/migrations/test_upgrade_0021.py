@@ -7,12 +7,10 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import claimed_work_finishes, engine_at, upgrade_to
 
 UTC = datetime.UTC
 NIGHTLY = {"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Berlin", "input": {},
@@ -21,14 +19,12 @@ NIGHTLY = {"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Berlin", 
 
 @pytest.fixture
 def version_20(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0020")]
-        assert applied[-1] == "0020"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0020") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0021")] == ["0021"]
+    upgrade_to(engine, "0021")
 
 
 def start_slots(engine: Engine, slots: list[datetime.datetime]) -> list[datetime.datetime]:

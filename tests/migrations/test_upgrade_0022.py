@@ -13,10 +13,9 @@ import psycopg
 import pytest
 
 from pgflow_gen import cli
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
 from tests.roles import logins_on
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import claimed_work_finishes, engine_at, upgrade_to
 
 LIVE = uuid.UUID("00000000-0000-0000-0000-0000000000b1")
 STALE = uuid.UUID("00000000-0000-0000-0000-0000000000b2")
@@ -25,14 +24,12 @@ STOPPED = uuid.UUID("00000000-0000-0000-0000-0000000000b3")
 
 @pytest.fixture
 def version_21(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0021")]
-        assert applied[-1] == "0021"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0021") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0022")] == ["0022"]
+    upgrade_to(engine, "0022")
 
 
 def test_work_claimed_on_0021_finishes(version_21: Engine) -> None:

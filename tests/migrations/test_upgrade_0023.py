@@ -7,24 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import claimed_work_finishes, engine_at, upgrade_to
 
 
 @pytest.fixture
 def version_22(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0022")]
-        assert applied[-1] == "0022"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0022") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0023")] == ["0023"]
+    upgrade_to(engine, "0023")
 
 
 def test_work_claimed_on_0022_finishes(version_22: Engine) -> None:

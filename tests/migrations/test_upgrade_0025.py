@@ -7,7 +7,6 @@ upgrade are counted once each."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,9 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import announced, claimed_work_finishes, engine_at, upgrade_to
 
 #: Columns that differ between two runs of the same work (ids, times, message ids).
 VOLATILE = {"run_id", "started_at", "completed_at", "created_at", "queued_at", "message_id",
@@ -31,14 +29,12 @@ EVENTS = [4, 10, 8, 7]
 
 @pytest.fixture
 def version_24(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0024")]
-        assert applied[-1] == "0024"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0024") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0025")] == ["0025"]
+    upgrade_to(engine, "0025")
 
 
 def test_work_claimed_on_0024_finishes(version_24: Engine) -> None:
@@ -78,13 +74,7 @@ def work(engine: Engine, listener: psycopg.Connection[Any], batch: bool) -> list
         else:
             for task, output in zip(tasks, outputs, strict=True):
                 engine.complete(task, output, fenced=True)
-    events: dict[uuid.UUID, list[tuple[str, str | None, str]]] = {r: [] for r in runs}
-    # Committed already: the timeout only bounds a wait for events that never come.
-    for note in listener.notifies(timeout=30, stop_after=sum(EVENTS)):
-        event = json.loads(note.payload)
-        events[uuid.UUID(event["run_id"])].append(
-            (event["event"], event["step_slug"], event["status"])
-        )
+    events = announced(listener, sum(EVENTS))
     return [
         (
             stable(engine.run(run_id)),
@@ -92,7 +82,7 @@ def work(engine: Engine, listener: psycopg.Connection[Any], batch: bool) -> list
                 "select * from pgflow.step_states where run_id = %s order by step_slug", run_id)],
             [stable(t) for t in engine.all(
                 "select * from pgflow.step_tasks where run_id = %s order by step_slug", run_id)],
-            events[run_id],
+            events.get(run_id, []),
         )
         for run_id in runs
     ]  # fmt: skip

@@ -5,7 +5,6 @@ same runs, leave the same rows, announce the same events and refuse the same bad
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,9 +13,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import announced, claimed_work_finishes, engine_at, upgrade_to
 
 #: Columns that differ between two runs of the same starts (ids, times, message ids).
 VOLATILE = {"run_id", "started_at", "created_at", "queued_at", "message_id", "idempotency_key",
@@ -25,14 +23,12 @@ VOLATILE = {"run_id", "started_at", "created_at", "queued_at", "message_id", "id
 
 @pytest.fixture
 def version_25(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0025")]
-        assert applied[-1] == "0025"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0025") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0026")] == ["0026"]
+    upgrade_to(engine, "0026")
 
 
 def test_work_claimed_on_0025_finishes(version_25: Engine) -> None:
@@ -72,14 +68,7 @@ def starts(engine: Engine, listener: psycopg.Connection[Any], tag: str) -> list[
     )  # fmt: skip
     returned += engine.call("start_flows", "mapped", [Jsonb([1]), Jsonb([])])
     returned += engine.call("start_flows", "gated", [Jsonb({"go": True}), Jsonb({"go": 0})])
-    events: dict[uuid.UUID, list[tuple[str, str | None, str]]] = {}
-    # Committed already: the timeout only bounds a wait for events that never come.
-    for note in listener.notifies(timeout=30, stop_after=EVENTS):
-        event = json.loads(note.payload)
-        events.setdefault(uuid.UUID(event["run_id"]), []).append(
-            (event["event"], event["step_slug"], event["status"])
-        )
-    listener.execute("unlisten *")
+    events = announced(listener, EVENTS)
     first: dict[uuid.UUID, int] = {}  # each run by the position of the call that first returned it
     for at, run in enumerate(returned):
         first.setdefault(run["run_id"], at)

@@ -5,7 +5,6 @@ leaves the same rows and announces the same events."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,9 +13,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.runtime import migrations
 from tests.engine import Engine
-from tests.upgrades import claimed_work_finishes
+from tests.upgrades import announced, claimed_work_finishes, engine_at, upgrade_to
 
 #: Columns that differ between two runs of the same work (ids, times, message ids).
 VOLATILE = {"run_id", "started_at", "created_at", "queued_at", "message_id", "completed_at",
@@ -29,14 +27,12 @@ EVENTS_PER_RUN = 8
 
 @pytest.fixture
 def version_26(empty_db_url: str) -> Iterator[Engine]:
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        applied = [m.version for m in migrations.migrate(conn, target="0026")]
-        assert applied[-1] == "0026"
-        yield Engine(conn)
+    with engine_at(empty_db_url, "0026") as engine:
+        yield engine
 
 
 def upgrade(engine: Engine) -> None:
-    assert [m.version for m in migrations.migrate(engine.conn, target="0027")] == ["0027"]
+    upgrade_to(engine, "0027")
 
 
 def test_work_claimed_on_0026_finishes(version_26: Engine) -> None:
@@ -74,7 +70,7 @@ def work(engine: Engine, listener: psycopg.Connection[Any]) -> list[Any]:
     number = {run_id: n for n, run_id in enumerate(runs)}
     firsts = engine.poll("keyed")
     assert [t.step_slug for t in firsts] == ["first"] * len(TENANTS)
-    engine.complete_batch(firsts[::-1], [n for n in range(len(firsts))])
+    engine.complete_batch(firsts[::-1], list(range(len(firsts))))
     admitted = [
         number[row["run_id"]]
         for row in engine.all(
@@ -93,14 +89,7 @@ def work(engine: Engine, listener: psycopg.Connection[Any]) -> list[Any]:
     )
     while tasks := engine.poll("keyed"):
         engine.complete_batch(tasks, [{"done": t.step_slug} for t in tasks])
-    events: dict[uuid.UUID, list[tuple[str, str | None, str]]] = {}
-    # Committed already: the timeout only bounds a wait for events that never come.
-    for note in listener.notifies(timeout=30, stop_after=EVENTS_PER_RUN * len(runs)):
-        event = json.loads(note.payload)
-        events.setdefault(uuid.UUID(event["run_id"]), []).append(
-            (event["event"], event["step_slug"], event["status"])
-        )
-    listener.execute("unlisten *")
+    events = announced(listener, EVENTS_PER_RUN * len(runs))
     rows = [
         (
             stable(engine.run(run_id)),
