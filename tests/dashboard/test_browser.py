@@ -238,3 +238,30 @@ def test_with_a_token_an_operator_signs_in_and_cancels_a_run(
     )
     assert action["detail"] == {"reason": "duplicate order"}
     assert "Cancelled run" in dashboard.log()  # and the dashboard logged it
+
+
+def test_the_live_page_does_not_redraw_a_form_the_operator_is_at(
+    start: Callable[..., Dashboard], db: Db, page: Page
+) -> None:
+    """A redraw between the press of a button and its release would swallow the click: while
+    the focus is in one of the run's forms (its button included), a refresh waits."""
+    dashboard = start("--allow-actions", PGFLOW_DASHBOARD_TOKEN=TOKEN)
+    define_showcase(db)
+    run_id = db.start(SHOWCASE, {"url": "https://example.org"})
+    page.goto(f"{dashboard.url}/runs/{run_id}")
+    page.get_by_label("token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("h1")).to_contain_text(str(run_id))
+    page.wait_for_function("document.getElementById('live').dataset.refreshes >= '1'")
+    fetch = page.locator('svg.dag g[data-step="fetch"]')
+    expect(fetch).to_have_attribute("data-state", "started")
+
+    page.get_by_role("button", name="Cancel run").focus()
+    [task] = db.poll(SHOWCASE)
+    db.complete(task, {"send": True})
+    page.wait_for_function("document.getElementById('live').dataset.held === 'yes'")
+    expect(fetch).to_have_attribute("data-state", "started")  # held, not redrawn
+
+    page.get_by_role("button", name="Cancel run").blur()
+    expect(fetch).to_have_attribute("data-state", "completed")
+    expect(page.locator("#live")).to_have_attribute("data-held", "no")

@@ -4,10 +4,14 @@
 (function () {
   "use strict";
 
+  var leaving = false;  // a form was sent: the page the server answers with replaces this one
+
   document.addEventListener("submit", function (event) {
     var question = event.target.getAttribute("data-confirm");
     if (question && !window.confirm(question)) {
       event.preventDefault();
+    } else {
+      leaving = true;
     }
   });
 
@@ -19,11 +23,18 @@
   var busy = false;
   var again = false;
 
-  // An operator typing into a form of the run (a reason, a signal's payload) keeps what was
-  // typed: a refresh waits until the field loses focus, and puts typed values back.
-  function typing() {
+  // An operator at a form of the run (typing a reason or a signal's payload, or pressing its
+  // button) keeps it: a refresh waits until the focus leaves the form, and puts typed values
+  // back. Redrawing a button between the press and the release would swallow the click.
+  // data-held says a refresh is waiting.
+  function atForm() {
     var active = document.activeElement;
-    return active && live.contains(active) && (active.tagName === "INPUT" || active.tagName === "TEXTAREA");
+    return Boolean(active && live.contains(active) && active.closest("form"));
+  }
+
+  function hold() {
+    again = true;
+    live.dataset.held = "yes";
   }
 
   function typed() {
@@ -45,7 +56,11 @@
     });
   }
 
-  live.addEventListener("focusout", function () {
+  live.addEventListener("focusout", function (event) {
+    var next = event.relatedTarget;
+    if (next && live.contains(next) && next.closest("form")) {
+      return;  // from one field of the run's forms to another, or to its button
+    }
     if (again && !busy) {
       again = false;
       refresh();
@@ -53,27 +68,35 @@
   });
 
   function refresh() {
-    if (busy || typing()) {
+    if (leaving) {
+      return;
+    }
+    if (busy) {
       again = true;
+      return;
+    }
+    if (atForm()) {
+      hold();
       return;
     }
     busy = true;
     fetch("/runs/" + run + "?fragment=1", { credentials: "same-origin" })
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
-        if (html !== null && !typing()) {
+        if (html !== null && !atForm() && !leaving) {
           var kept = typed();
           live.innerHTML = html;
           restore(kept);
+          live.dataset.held = "no";
           live.dataset.refreshes = String(Number(live.dataset.refreshes || 0) + 1);
         } else if (html !== null) {
-          again = true;
+          hold();
         }
       })
       .catch(function () { /* the next event tries again */ })
       .finally(function () {
         busy = false;
-        if (again && !typing()) {
+        if (again && !atForm()) {
           again = false;
           refresh();
         }
