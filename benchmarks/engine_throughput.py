@@ -18,9 +18,12 @@ processes run each loop at once: raw PGMQ with one queue each; the engine as thr
 the flow's one queue (`flow queue`), and as one worker per step of a step-queued copy of the
 flow (`step queues`). Prints tasks/s, msg/s, their ratio per repeat and its median, and the
 server CPU time per task (the client backends' CPU, read from /proc when the server is local).
+With `--pgflow`, pgflow 0.8.1's own engine on the same chain too, in each repeat (its workers on
+its one flow queue: pgmq.read, its start_tasks, then complete_task once per task, as its worker
+does; `pgflow_reference.py`), and our best loop as a multiple of it.
 
     .venv/bin/python benchmarks/engine_throughput.py [--runs 2000] [--repeat 3]
-        [--batch 1 10 50] [--clients 1 3] [--durable] [--limits] [--keyed]
+        [--batch 1 10 50] [--clients 1 3] [--durable] [--limits] [--keyed] [--pgflow]
         [--only read_and_claim ...]
 
 Uses a fresh embedded PostgreSQL with fsync, synchronous_commit and full_page_writes off (the
@@ -49,7 +52,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
-from benchmarks import output_check
+from benchmarks import output_check, pgflow_reference
 from pgflow_gen.runtime import embedded, migrations
 
 FLOW = "benchChain"
@@ -426,6 +429,39 @@ def complete(conn: psycopg.Connection[Any], tasks: list[Any]) -> None:
     )
 
 
+def pgflow_engine(url: str, runs: int, batch: int, clients: int) -> Result:
+    """Tasks per second of pgflow's own engine (`pgflow_reference.py`) on the same chain:
+    `runs` runs started with its start_flow, then `clients` workers on its one flow queue,
+    each reading a batch, starting its tasks and completing them one call per task."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pgflow_reference.install(conn)
+        pgflow_reference.define_chain(conn, FLOW, STEPS)
+        workers = [uuid.uuid4() for _ in range(clients)]
+        for worker_id in workers:
+            pgflow_reference.register_worker(conn, worker_id, FLOW)
+        for i in range(runs):
+            conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
+
+    def loop_of(worker_id: uuid.UUID) -> Callable[[psycopg.Connection[Any]], int]:
+        def loop(conn: psycopg.Connection[Any]) -> int:
+            done = 0
+            while (did := pgflow_reference.run_tasks(conn, FLOW, worker_id, batch)) or (
+                not _all_runs_finished(conn)
+            ):
+                done += did
+            return done
+
+        return loop
+
+    result = in_parallel(url, [loop_of(worker_id) for worker_id in workers])
+    with psycopg.connect(url, autocommit=True) as conn:
+        completed = conn.execute(
+            "select count(*) from pgflow.runs where status = 'completed'"
+        ).fetchone()
+    assert completed == (runs,), f"pgflow: only {completed} of {runs} runs completed"
+    return result
+
+
 def _all_runs_finished(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute("select count(*) from pgflow.runs where status = 'started'").fetchone()
     return row == (0,)
@@ -462,6 +498,11 @@ def main(argv: list[str] | None = None) -> int:
         help="give every step a max_in_flight it never reaches: what limited claims cost",
     )
     parser.add_argument(
+        "--pgflow",
+        action="store_true",
+        help="also pgflow 0.8.1's own engine on the same chain (its one flow queue)",
+    )
+    parser.add_argument(
         "--keyed",
         action="store_true",
         help="give every step a concurrency key (one per run) whose limit is never reached",
@@ -496,6 +537,7 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
     raw: list[Result] = []
     figures: dict[tuple[str, str], list[Result]] = {}
     starts: list[float] = []
+    pgflow: list[Result] = []
     for _ in range(args.repeat):
         with fresh_database(admin_url) as url:
             raw.append(raw_pgmq(url, 3 * args.runs // clients, batch, clients))
@@ -514,6 +556,9 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
                     )
                 figures.setdefault((layout, loop), []).append(result)
                 starts.append(start_rate)
+        if args.pgflow:
+            with fresh_database(admin_url) as url:
+                pgflow.append(pgflow_engine(url, args.runs, batch, clients))
     raw_rate = statistics.median(r.rate for r in raw)
     print(
         f"batch {batch}, {clients} client(s): raw PGMQ {raw_rate:,.0f} msg/s{_server(raw)};"
@@ -528,6 +573,21 @@ def measure(admin_url: str, args: argparse.Namespace, clients: int, batch: int) 
             f"{statistics.median(e.rate for e in results):>8,.0f} tasks/s{_server(results)},"
             f" {statistics.median(ratios):6.1%} of raw; per repeat "
             + ", ".join(f"{x:.1%}" for x in ratios),
+            flush=True,
+        )
+    if pgflow:
+        ratios = [e.rate / r.rate for e, r in zip(pgflow, raw, strict=True)]
+        ours = [
+            max(results[i].rate for results in figures.values()) / e.rate
+            for i, e in enumerate(pgflow)
+        ]
+        print(
+            f"  {'pgflow 0.8.1 (one queue)':<30} "
+            f"{statistics.median(e.rate for e in pgflow):>8,.0f} tasks/s{_server(pgflow)},"
+            f" {statistics.median(ratios):6.1%} of raw; per repeat "
+            + ", ".join(f"{x:.1%}" for x in ratios)
+            + f"; our best loop {statistics.median(ours):.1f}x pgflow, per repeat "
+            + ", ".join(f"{x:.1f}x" for x in ours),
             flush=True,
         )
     first = next(iter(figures.values()))

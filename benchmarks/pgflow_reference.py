@@ -81,3 +81,31 @@ def define_chain(conn: psycopg.Connection[Any], flow: str, steps: tuple[str, ...
     for index, step in enumerate(steps):
         deps = [steps[index - 1]] if index else []
         conn.execute("select pgflow.add_step(%s, %s, %s::text[])", (flow, step, deps))
+
+
+def register_worker(conn: psycopg.Connection[Any], worker_id: Any, queue: str) -> None:
+    """A row in pgflow's workers table, which its start_tasks records as the task's worker."""
+    conn.execute(
+        "insert into pgflow.workers (worker_id, queue_name, function_name)"
+        " values (%s, %s, 'bench')",
+        (worker_id, queue),
+    )
+
+
+def run_tasks(conn: psycopg.Connection[Any], flow: str, worker_id: Any, batch: int) -> int:
+    """What pgflow's worker does with one batch, as autocommit calls: read up to `batch`
+    messages of the flow's queue, start their tasks, and complete each (pgflow completes one
+    task per call). Returns how many tasks it completed (0: the queue had nothing visible)."""
+    ids = [r[0] for r in conn.execute("select msg_id from pgmq.read(%s, 30, %s)", (flow, batch))]
+    if not ids:
+        return 0
+    tasks = conn.execute(
+        "select run_id, step_slug, task_index from pgflow.start_tasks(%s, %s::bigint[], %s)",
+        (flow, ids, worker_id),
+    ).fetchall()
+    for run_id, step_slug, task_index in tasks:
+        conn.execute(
+            "select 1 from pgflow.complete_task(%s, %s, %s, '{\"ok\": true}'::jsonb)",
+            (run_id, step_slug, task_index),
+        )
+    return len(tasks)
