@@ -107,7 +107,7 @@ class Sampler(threading.Thread):
 
 class Starter(threading.Thread):
     """One of the clients that start runs of benchChain, one start_flow call each: together
-    they start run i (its input's `i`) at `rate` * i seconds after they began, until stopped
+    they start run i (its input's `i`) i / `rate` seconds after they began, until stopped
     (a client that falls behind starts the next run at once)."""
 
     def __init__(self, url: str, clock: Clock) -> None:
