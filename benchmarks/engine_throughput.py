@@ -282,12 +282,17 @@ def engine(
             conn.execute("select pgflow.start_flow(%s, %s)", (FLOW, Jsonb({"i": i})))
         start_rate = runs / (time.perf_counter() - started)
     result = in_parallel(url, [engine_loop(loop, route, batch) for route in routes])
+    _assert_completed(url, runs)
+    return result, start_rate
+
+
+def _assert_completed(url: str, runs: int) -> None:
+    """Every one of the `runs` runs completed (either engine's runs table)."""
     with psycopg.connect(url, autocommit=True) as conn:
         completed = conn.execute(
             "select count(*) from pgflow.runs where status = 'completed'"
         ).fetchone()
     assert completed == (runs,), f"only {completed} of {runs} runs completed"
-    return result, start_rate
 
 
 def define_chain(conn: psycopg.Connection[Any], clients: int, step_queues: bool) -> list[Route]:
@@ -454,11 +459,7 @@ def pgflow_engine(url: str, runs: int, batch: int, clients: int) -> Result:
         return loop
 
     result = in_parallel(url, [loop_of(worker_id) for worker_id in workers])
-    with psycopg.connect(url, autocommit=True) as conn:
-        completed = conn.execute(
-            "select count(*) from pgflow.runs where status = 'completed'"
-        ).fetchone()
-    assert completed == (runs,), f"pgflow: only {completed} of {runs} runs completed"
+    _assert_completed(url, runs)
     return result
 
 

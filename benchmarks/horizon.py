@@ -200,15 +200,15 @@ def measure(url: str, rate: float, phase_s: float, clients: int) -> tuple[list[P
     """The three phases, and the seconds the backlog took to drain after them."""
     migrated(url)
     phases = [Phase(name) for name in PHASES]
-    sampler, clock = Sampler(url), Clock(rate)
-    starters = [Starter(url, clock) for _ in range(clients)]
+    sampler = Sampler(url)
     with (
         workers(url, *CHAIN),
         psycopg.connect(url, autocommit=True) as conn,
         psycopg.connect(url) as pin,
     ):
+        clock = Clock(rate)  # counts from here, once the workers have started
+        starters = [Starter(url, clock) for _ in range(clients)]
         sampler.start()
-        clock.began = time.perf_counter()
         for starter in starters:
             starter.start()
         try:
