@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 
@@ -58,15 +59,16 @@ async def listen(
                         await session.ping()
                         continue
                     assert on_cancelled is not None
-                    confirmed = await session.cancelled_runs([claimed])
-                    if confirmed:
-                        on_cancelled(claimed)
-                    else:
-                        log.warning(
-                            "ignored a run:cancelled notification for run %s: the engine says"
-                            " the run is not cancelled (someone else sent it)",
-                            claimed,
-                        )
+                    confirmed = set(await session.cancelled_runs(claimed))
+                    for run_id in claimed:
+                        if run_id in confirmed:
+                            on_cancelled(run_id)
+                        else:
+                            log.warning(
+                                "ignored a run:cancelled notification for run %s: the engine"
+                                " says the run is not cancelled (someone else sent it)",
+                                run_id,
+                            )
             except psycopg.Error as exc:
                 await link.broken(exc)
     finally:
@@ -75,16 +77,23 @@ async def listen(
 
 async def _hear(
     session: Session, wake: asyncio.Event, holds: Callable[[uuid.UUID], bool] | None
-) -> uuid.UUID | None:
-    """Wake the poller on each notification until one says a run this worker holds was
-    cancelled (returned, for the engine to confirm: the stream is closed first, as psycopg
-    holds the connection while it waits), or LISTEN_CHECK_S pass in silence (None)."""
-    async with contextlib.aclosing(session.notifies(LISTEN_CHECK_S)) as stream:
-        async for payload in stream:
-            wake.set()
-            cancelled = cancelled_run(payload)
-            if cancelled is not None and holds is not None and holds(cancelled):
-                return cancelled
+) -> list[uuid.UUID] | None:
+    """Wake the poller on each notification until some that arrived together say that runs
+    this worker holds were cancelled (returned, for the engine to confirm: between batches,
+    as psycopg holds the connection while it waits), or LISTEN_CHECK_S pass (None). Each
+    batch is read to its end: one transaction that cancels several runs (a parent run and
+    its subflow runs) sends their notifications together."""
+    deadline = time.monotonic() + LISTEN_CHECK_S
+    while (left := deadline - time.monotonic()) > 0:
+        found: list[uuid.UUID] = []
+        async with contextlib.aclosing(session.notifies(left)) as stream:
+            async for payload in stream:
+                wake.set()
+                cancelled = cancelled_run(payload)
+                if cancelled is not None and holds is not None and holds(cancelled):
+                    found.append(cancelled)
+        if found:
+            return list(dict.fromkeys(found))
     return None
 
 

@@ -203,8 +203,10 @@ class PsycopgSession:
         await self.conn.execute(statements.listen(channel))
 
     async def notifies(self, timeout: float) -> AsyncGenerator[str]:
-        """The payloads of the notifications that arrive within `timeout` seconds."""
-        async for notify in self.conn.notifies(timeout=timeout):
+        """The payloads of the first notifications that arrive within `timeout` seconds: all
+        of those that arrive together (psycopg reads them in one batch, and a batch cut short
+        is lost), then it ends."""
+        async for notify in self.conn.notifies(timeout=timeout, stop_after=1):
             yield notify.payload
 
     async def cancelled_runs(self, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
