@@ -31,10 +31,12 @@ def step(
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
     payload_schema: Mapping[str, Any] | None = None,
+    subflow_slug: str | None = None,
 ) -> dict[str, Any]:
     """One step of the shape; options only when set (they are not compared), its limits among
     them (engine 0017) and its concurrency key (engine 0018), and a signal step's payload schema
-    (stored with the flow since engine 0011, not compared)."""
+    (stored with the flow since engine 0011, not compared), and a subflow step's flow (engine
+    0028, compared)."""
     options: dict[str, Any]
     options = {
         key: value
@@ -61,6 +63,7 @@ def step(
         "forbiddenInputPattern": pattern(forbidden_input_pattern),
         **({"options": options} if options else {}),
         **({"payloadSchema": plain(payload_schema)} if payload_schema is not None else {}),
+        **({"subflowSlug": subflow_slug} if subflow_slug is not None else {}),
     }
 
 

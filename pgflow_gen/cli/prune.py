@@ -23,7 +23,7 @@ from pgflow_gen.cli import connecting, control, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json, table
-from pgflow_gen.engine import operator_statements
+from pgflow_gen.engine import operator_statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.words import counted
 
@@ -68,20 +68,21 @@ def _prune(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         if args.dry_run:
             return _dry_run(args, conn)
-        found = conn.execute(operator_statements.PRUNABLE_RUNS, {"age": args.older_than}).fetchone()
+        prunable = operator_statements.prunable_runs(support.version(conn))
+        found = conn.execute(prunable, {"age": args.older_than}).fetchone()
         assert found is not None
         if not args.yes and not _confirmed(found, args.older_than):
             print("nothing pruned")
             return EXIT_OK
         progress = Progress(found["runs"], sys.stderr)
-        totals = {"runs": 0, "archived_messages": 0, "workers": 0, "batches": 0}
+        totals = {"runs": 0, "subflow_runs": 0, "archived_messages": 0, "workers": 0, "batches": 0}
         done = False
         while not done:
             row = conn.execute(operator_statements.PRUNE, (args.older_than, args.batch)).fetchone()
             assert row is not None
             result: dict[str, Any] = row["pruned"]
-            for key in ("runs", "archived_messages", "workers"):
-                totals[key] += int(result[key])
+            for key in ("runs", "subflow_runs", "archived_messages", "workers"):
+                totals[key] += int(result.get(key, 0))
             totals["batches"] += 1
             done = bool(result["done"])
             progress.show(totals)
@@ -89,8 +90,11 @@ def _prune(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json({**totals, "older_than_s": args.older_than.total_seconds()})
     else:
+        below = totals["subflow_runs"]
         print(
-            f"pruned {counted(totals['runs'], 'finished run')},"
+            f"pruned {counted(totals['runs'], 'finished run')}"
+            + (f" (and {counted(below, 'subflow run')} of theirs)" if below else "")
+            + ","
             f" {counted(totals['archived_messages'], 'archived message')} and"
             f" {counted(totals['workers'], 'silent worker')} older than"
             f" {_age(args.older_than)} in {counted(totals['batches'], 'batch', 'batches')},"
@@ -101,7 +105,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
     """What a prune with these arguments would delete, by flow and status; deletes nothing."""
-    rows = conn.execute(operator_statements.PRUNABLE_BY_FLOW, {"age": args.older_than}).fetchall()
+    by_flow = operator_statements.prunable_by_flow(support.version(conn))
+    rows = conn.execute(by_flow, {"age": args.older_than}).fetchall()
     total = sum(row["runs"] for row in rows)
     if args.format == "json":
         print_json({"dry_run": True, "runs": total, "by_flow": rows,
@@ -124,10 +129,12 @@ def _confirmed(found: dict[str, Any], older_than: datetime.timedelta) -> bool:
             "prune deletes data and asks first, but there is no terminal to ask on.",
             hint="Pass --yes to prune without asking (as a scheduled job does).",
         )
+    below = found.get("subflow_runs") or 0
     print(
         f"{counted(found['runs'], 'finished run')} older than {_age(older_than)} (completed"
         f" {found['completed']:,}, failed {found['failed']:,}, cancelled {found['cancelled']:,})"
-        " will be deleted with their steps and tasks, and with them archived messages and"
+        + (f" and {counted(below, 'subflow run')} of theirs" if below else "")
+        + " will be deleted with their steps and tasks, and with them archived messages and"
         " silent workers older than that.",
         file=sys.stderr,
     )

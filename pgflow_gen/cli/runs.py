@@ -64,6 +64,12 @@ def register(commands: cli_parser.Commands) -> None:
         help="only runs with this status (failed runs show their failed step and its error,"
         " cancelled ones their reason)",
     )
+    runs.add_argument(
+        "--parent",
+        metavar="RUN_ID",
+        type=run_refs.argument,
+        help="only the subflow runs this run started (its id, or 8+ characters of it)",
+    )
     runs.add_argument("--limit", type=int, default=20, help="most runs listed")
     runs.set_defaults(handler=_runs)
 
@@ -109,7 +115,13 @@ def _status(args: argparse.Namespace) -> int:
         run = conn.execute(operator_statements.RUN_ROW, (run_id,)).fetchone()
         if run is None:
             raise errors.PgflowError(f"Run {run_id} does not exist.")
-        steps = conn.execute(operator_statements.RUN_STEP_STATUS, (run_id,)).fetchall()
+        version = support.version(conn)
+        steps = conn.execute(operator_statements.run_step_status(version), (run_id,)).fetchall()
+        subflow_runs = (
+            conn.execute(statements.RUN_SUBFLOWS, (run_id,)).fetchall()
+            if statements.has_subflows(version)
+            else []
+        )
         pauses = step_controls.paused_steps(conn)
         limits = step_controls.step_limits(conn)
     active = run["status"] == "started"
@@ -125,8 +137,10 @@ def _status(args: argparse.Namespace) -> int:
         elif s["limits"] is not None and unfinished:
             limited = f"limited: {step_controls.limits_cell(s['limits'])}"
             s["note"] = "; ".join(filter(None, [limited, s["note"]]))
-        if s["step_type"] == "signal":
-            s["queue_name"] = None  # a signal step has no queue
+        if s["step_type"] == "signal" or s["subflow_slug"] is not None:
+            s["queue_name"] = None  # a signal or subflow step has no queue
+        if s["subflow_slug"] is not None and s["note"] is None:
+            s["note"] = f"runs flow {s['subflow_slug']}"
         if s["waiting_since"] is not None:
             until = f" until {cell(s['waiting_until'])}" if s["waiting_until"] else ""
             s["note"] = f"waiting for a signal{until}"
@@ -137,8 +151,15 @@ def _status(args: argparse.Namespace) -> int:
                 key: run.get(key)
                 for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
                             "completed_at", "failed_at", "cancelled_at", "cancel_reason",
-                            "retry_count", "retried_at")
+                            "retry_count", "retried_at", "parent_run_id", "parent_step_slug",
+                            "parent_task_index")
             },
+            "subflow_runs": [
+                {key: r[key] for key in ("run_id", "flow_slug", "status", "depth",
+                                         "parent_run_id", "parent_step_slug", "parent_task_index",
+                                         "retry_count")}
+                for r in subflow_runs
+            ],
             "waiting_for_signals": waiting,
             "steps": [
                 {
@@ -151,6 +172,7 @@ def _status(args: argparse.Namespace) -> int:
                     "paused": step_controls.pause_json(s["pause"]),
                     "limits": step_controls.limits_json(s["limits"]),
                     "step_type": s["step_type"],
+                    "subflow_slug": s["subflow_slug"],
                     "waiting": None if s["waiting_since"] is None else {
                         "since": s["waiting_since"], "until": s["waiting_until"],
                     },
@@ -167,6 +189,11 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
+    if run.get("parent_run_id") is not None:
+        print(
+            f"parent:  {run['parent_run_id']} (its step {run['parent_step_slug']},"
+            f" task {run['parent_task_index']})"
+        )
     waits = f" (waiting for a signal: {', '.join(waiting)})" if waiting else ""
     print(f"status:  {run['status']}{waits}")
     print(f"started: {cell(run['started_at'])}")
@@ -189,6 +216,16 @@ def _status(args: argparse.Namespace) -> int:
         ["step", "status", "queue", "tasks", "attempts", "note"],
         sys.stdout,
     )  # fmt: skip
+    if subflow_runs:
+        print("\nsubflow runs:")
+    for child in subflow_runs:
+        retried = (
+            f", retried {counted(child['retry_count'], 'time')}" if child["retry_count"] else ""
+        )
+        print(
+            f"{'  ' * child['depth']}{child['parent_step_slug']}[{child['parent_task_index']}]:"
+            f" subflow run {child['run_id']} of {child['flow_slug']}: {child['status']}{retried}"
+        )
     for slug in waiting:
         print(f"\nsend step {slug} its signal: pgflow-gen signal {run['run_id']} {slug} --payload"
               " '<JSON>'")  # fmt: skip
@@ -233,14 +270,16 @@ def _runs(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             existing.require_flow(conn, args.flow_slug)
+        parent = None if args.parent is None else run_refs.resolve(conn, args.parent)
         rows = conn.execute(
-            operator_statements.RUNS,
-            {"flow": args.flow_slug, "status": args.status, "limit": args.limit},
+            operator_statements.runs(support.version(conn)),
+            {"flow": args.flow_slug, "status": args.status, "parent": parent, "limit": args.limit},
         ).fetchall()
     if args.format == "json":
         print_json({
             "runs": [
                 {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
+                 "parent_run_id": r["parent_run_id"],
                  "started_at": r["started_at"], "ended_at": r["ended"],
                  "failed_step": r["failed_step"], "error": _first_line(r["error_message"]),
                  "cancel_reason": r["cancel_reason"], "waiting_for_signals": r["waiting_signals"]}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pgflow_gen import naming
-from pgflow_gen.codegen import artifacts, checks, views
+from pgflow_gen.codegen import artifacts, checks, subflows, views
 from pgflow_gen.errors import UsageError
 from pgflow_gen.spec import loader
 from pgflow_gen.spec.problems import Problem, SpecErrors
@@ -80,6 +80,8 @@ def load(spec_paths: Sequence[Path], *, project: Path) -> list[checks.LoadedSpec
         except SpecErrors as exc:
             problems.extend(exc.problems)
     problems += checks.problems(loaded)
+    if not problems:  # across the flows: each must be valid on its own first
+        problems += subflows.problems(loaded)
     if problems:
         raise SpecErrors(problems)
     return loaded
@@ -97,7 +99,7 @@ def unfound_handler_modules(loaded: Sequence[checks.LoadedSpec], project: Path) 
     warnings = []
     for item in loaded:
         for index, step in enumerate(item.spec.steps):
-            if step.handler is None:  # a signal step
+            if step.handler is None:  # a signal or subflow step
                 continue
             module = step.handler.partition(":")[0]
             if _module_found(module, project):

@@ -61,6 +61,7 @@ def shape_step(step: model.StepSpec, dependencies: tuple[str, ...]) -> dict[str,
         concurrency_key=step.concurrency.key if step.concurrency else None,
         concurrency_limit=step.concurrency.max_in_flight if step.concurrency else None,
         payload_schema=None if step.signal is None else schema(step.signal.payload) or {},
+        subflow_slug=step.flow,
     )
 
 
@@ -100,6 +101,8 @@ def step_definition(step: model.StepSpec) -> tuple[layout.Expr, ...]:
         args.append(
             arg("dependencies", layout.Group("", "(", ")", tuple(map(quoted, dependencies))))
         )
+    if step.flow is not None:
+        args.append(arg("subflow_slug", quoted(step.flow)))
     if step.when_unmet not in (None, "skip"):
         args.append(arg("when_unmet", quoted(step.when_unmet)))
     if step.when_exhausted != "fail":

@@ -182,7 +182,8 @@ def nested_part(key: str) -> str:
 class StepNames:
     """The contract names of one step. `deps` exists for dependent single steps; `item` and
     `item_output` for map steps. A signal step has no handler, and its output is its payload
-    (`<Step>Payload`)."""
+    (`<Step>Payload`). A subflow step has no handler either: its output (a map's `item_output`)
+    is the child flow's `Output`."""
 
     slug: str
     index: int
@@ -202,17 +203,24 @@ class StepNames:
 
 
 def step_names(
-    slug: str, index: int, *, is_map: bool, has_dependencies: bool, is_signal: bool = False
+    slug: str,
+    index: int,
+    *,
+    is_map: bool,
+    has_dependencies: bool,
+    is_signal: bool = False,
+    is_subflow: bool = False,
 ) -> StepNames:
     prefix = pascal_case(slug)
+    handled = not (is_signal or is_subflow)
     return StepNames(
         slug=slug,
         index=index,
         module=snake_case(slug),
         output=f"{prefix}Payload" if is_signal else f"{prefix}Output",
-        handler=None if is_signal else f"{prefix}Handler",
-        deps=f"{prefix}Deps" if has_dependencies and not is_map and not is_signal else None,
-        item=f"{prefix}Item" if is_map else None,
+        handler=f"{prefix}Handler" if handled else None,
+        deps=f"{prefix}Deps" if has_dependencies and not is_map and handled else None,
+        item=f"{prefix}Item" if is_map and handled else None,
         item_output=f"{prefix}ItemOutput" if is_map else None,
     )
 

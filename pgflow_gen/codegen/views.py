@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pgflow_gen import naming
 from pgflow_gen import shape as shapes
 from pgflow_gen.codegen import declarations, definition, layout, literals, names, step_rules
+from pgflow_gen.codegen.layout import Atom
 from pgflow_gen.codegen.types import (
     AliasDecl,
     Decl,
@@ -96,12 +97,14 @@ class FlowView:
     default_queue: str
     docstring: str
     package: str
-    #: The steps that run a handler (every step but the signal steps), in step order.
+    #: The steps that run a handler (every step but signal and subflow steps), in step order.
     steps: tuple[StepView, ...]
     #: For every step, the keyword arguments of its `Step(...)` call, laid out one per line.
     definitions: tuple[tuple[str, ...], ...]
     #: The signal steps: (attribute of `Signals`, step slug, payload type), in step order.
     signals: tuple[tuple[str, str, str], ...]
+    #: The imports of the flow modules its subflow steps run (their types), one line each.
+    subflow_imports: tuple[str, ...]
     decls: tuple[tuple[int, Decl], ...]
     handlers: TypedDictDecl
     typing_imports: tuple[str, ...]
@@ -166,6 +169,7 @@ def flow_names(spec: model.FlowSpec) -> tuple[str, tuple[names.StepNames, ...]]:
             is_map=step.type == "map",
             has_dependencies=bool(step_rules.dependencies(step)),
             is_signal=step.signal is not None,
+            is_subflow=step.flow is not None,
         )
         for index, step in enumerate(spec.steps)
     )
@@ -177,9 +181,19 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
     scopes = {"": builder.named("Input", spec.input)}
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
 
-    # Output types first: dependents refer to them.
+    # Output types first: dependents refer to them. A subflow step's is its child's `Output`.
     for step, step_name in zip(spec.steps, step_names, strict=True):
-        if step_name.item_output is not None:
+        if step.flow is not None:
+            child = Atom(f"{subflow_alias(step.flow)}.Output")
+            scopes[step.slug] = {}
+            if step_name.item_output is None:
+                builder.declare(AliasDecl(step_name.output, child))
+            else:
+                builder.declare(AliasDecl(step_name.item_output, child))
+                builder.declare(
+                    AliasDecl(step_name.output, subscript("list", Atom(step_name.item_output)))
+                )
+        elif step_name.item_output is not None:
             scopes[step.slug] = builder.named(step_name.item_output, step.output)
             builder.declare(
                 AliasDecl(step_name.output, subscript("list", layout.Atom(step_name.item_output)))
@@ -190,7 +204,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             scopes[step.slug] = builder.named(step_name.output, step.output)
 
     routes = naming.resolve_queue_routes(spec.slug, [s.slug for s in spec.steps], spec.queue_mode)
-    # The steps that run a handler: every step but the signal steps.
+    # The steps that run a handler: every step but the signal and subflow steps.
     handled = [
         (step, step_name, route, step.handler)
         for step, step_name, route in zip(spec.steps, step_names, routes, strict=True)
@@ -321,6 +335,10 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         steps=tuple(steps),
         definitions=definitions,
         signals=signals,
+        subflow_imports=tuple(
+            _subflow_import(child)
+            for child in sorted({s.flow for s in spec.steps if s.flow is not None})
+        ),
         decls=declarations.spaced(builder.decls),
         handlers=TypedDictDecl(
             "Handlers",
@@ -372,6 +390,18 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),
         route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
     )
+
+
+def subflow_alias(flow_slug: str) -> str:
+    """The name a generated module imports the module of flow `flow_slug` as (a suffix no
+    other module-level name has, so no flow's module name can clash with one)."""
+    return f"{names.flow_module(flow_slug)}_flow"
+
+
+def _subflow_import(flow_slug: str) -> str:
+    """A relative import, as the worker entry files import their flow module: it does not
+    depend on the package's name, and ruff sorts it last whatever it takes for first-party."""
+    return f"from . import {names.flow_module(flow_slug)} as {subflow_alias(flow_slug)}"
 
 
 def _max_concurrent(spec: model.FlowSpec, step_slug: str) -> int:

@@ -50,6 +50,8 @@ class Box:
     state: str
     caption: str
     condition: str | None = None
+    #: What runs its tasks: "task" (a handler), "signal" or "subflow" (runs of another flow).
+    kind: str = "task"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Node:
     height: int = NODE_HEIGHT
     condition: str | None = None
     condition_label: str | None = None
+    kind: str = "task"
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ def layout(boxes: Sequence[Box]) -> Graph:
             height=height[box.slug],
             condition=box.condition,
             condition_label=_cut(box.condition, MAX_CONDITION) if box.condition else None,
+            kind=box.kind,
         )
         for box in boxes
     )

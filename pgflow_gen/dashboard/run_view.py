@@ -15,7 +15,7 @@ import psycopg
 
 from pgflow_gen import run_ids
 from pgflow_gen.dashboard import dag
-from pgflow_gen.engine import dashboard_statements
+from pgflow_gen.engine import dashboard_statements, statements, support
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -56,6 +56,16 @@ class StepView:
     paused: bool = False
     #: Whether the run is still started: a step of a finished run waits for nothing.
     run_active: bool = True
+    #: A subflow step's flow (engine 0028): its tasks are runs of that flow.
+    subflow_slug: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """What runs the step's tasks, for its box: a worker's handler ("task"), nothing (a
+        "signal" step) or runs of another flow ("subflow")."""
+        if self.subflow_slug is not None:
+            return "subflow"
+        return "signal" if self.step_type == "signal" else "task"
 
     @property
     def waiting_for_signal(self) -> bool:
@@ -97,9 +107,12 @@ class StepView:
         if self.waiting_for_signal:
             return "waiting for a signal"
         words = [self.status or "created"]
+        unit = "runs" if self.subflow_slug is not None else "tasks"
         if self.step_type == "map":  # how many elements it maps, once it knows
             known = self.tasks or self.status == "completed"
-            words.append(f"{self.done}/{self.tasks} tasks" if known else "map")
+            words.append(f"{self.done}/{self.tasks} {unit}" if known else "map")
+        if self.subflow_slug is not None:
+            words.append(f"runs {self.subflow_slug}")
         if self.attempts and self.attempts > 1:
             words.append(f"{self.attempts} attempts")
         if self.paused and self.status in (None, "created", "started"):
@@ -122,6 +135,12 @@ class RunDetail:
     graph: dag.Graph
     events: list[Event]
     pauses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The run's subflow runs (engine 0028), each with the step and task that started it.
+    children: list[dict[str, Any]] = field(default_factory=list)
+
+    def children_of(self, step_slug: str) -> list[dict[str, Any]]:
+        """The subflow runs a step started, in task order."""
+        return [child for child in self.children if child["parent_step_slug"] == step_slug]
 
     @property
     def active(self) -> bool:
@@ -166,7 +185,9 @@ class Failure:
 
 async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
     """The run, its steps and its timeline; None when there is no such run."""
-    run = await (await conn.execute(dashboard_statements.RUN_SUMMARY, (run_id,))).fetchone()
+    version = await support.version_async(conn)
+    summary = dashboard_statements.run_summary(version)
+    run = await (await conn.execute(summary, (run_id,))).fetchone()
     if run is None:
         return None
     pauses = {
@@ -175,20 +196,27 @@ async def run_detail(conn: Connection, run_id: uuid.UUID) -> RunDetail | None:
             await conn.execute(dashboard_statements.FLOW_PAUSES, (run["flow_slug"],))
         ).fetchall()
     }
-    details = await conn.execute(dashboard_statements.RUN_STEP_DETAILS, (run_id,))
+    details = await conn.execute(dashboard_statements.run_step_details(version), (run_id,))
     steps = [
         StepView(**{**row, "dependencies": tuple(row["dependencies"])},
                  paused=row["step_slug"] in pauses, run_active=run["status"] == ACTIVE)
         for row in await details.fetchall()
     ]  # fmt: skip
     signals = await (await conn.execute(dashboard_statements.RUN_SIGNALS, (run_id,))).fetchall()
+    children: list[dict[str, Any]] = []
+    if statements.has_subflows(version):
+        tree = await conn.execute(statements.RUN_SUBFLOWS, (run_id,))
+        children = [row for row in await tree.fetchall() if row["depth"] == 1]
     actions = await (await conn.execute(dashboard_statements.RUN_ACTIONS, (run_id,))).fetchall()
     graph = dag.layout(
-        [dag.Box(s.step_slug, s.dependencies, s.state, s.caption, s.condition) for s in steps]
+        [
+            dag.Box(s.step_slug, s.dependencies, s.state, s.caption, s.condition, s.kind)
+            for s in steps
+        ]
     )
     return RunDetail(
         run=run, steps=steps, graph=graph, events=timeline(run, steps, signals, actions),
-        pauses=pauses,
+        pauses=pauses, children=children,
     )  # fmt: skip
 
 

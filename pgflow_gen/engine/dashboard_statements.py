@@ -161,23 +161,49 @@ RUNS_NEWER: Final[LiteralString] = (
     " ) as page" + _RUNS_AND_WHY
 )
 
+
 # -- one run -------------------------------------------------------------------------------------
-#: (run id) -> the run with its input capped: the first 2,000 characters and its whole length
-#: (a large input would cost every view its size in time and memory); each step's output comes
-#: capped below.
-RUN_SUMMARY: Final[LiteralString] = (
+def run_summary(version: str) -> LiteralString:
+    """(run id) -> the run with its input capped: the first 2,000 characters and its whole
+    length (a large input would cost every view its size in time and memory), and the task that
+    started it when it is a subflow run (engine 0028; nulls before); each step's output comes
+    capped below (`run_step_details`)."""
+    parent: LiteralString = (
+        " parent_run_id, parent_step_slug, parent_task_index,"
+        if statements.has_subflows(version)
+        else " null::uuid as parent_run_id, null::text as parent_step_slug,"
+        " null::int as parent_task_index,"
+    )
+    return _RUN_SUMMARY_HEAD + parent + _RUN_SUMMARY_REST
+
+
+_RUN_SUMMARY_HEAD: Final[LiteralString] = (
     "select run_id, flow_slug, status, remaining_steps, started_at, completed_at,"
     " failed_at, cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at,"
+)
+_RUN_SUMMARY_REST: Final[LiteralString] = (
     " left(input::text, 2000) as input_head, length(input::text) as input_length"
     " from pgflow.runs where run_id = %s"
 )
 #: (run id) -> the run's whole input (no row: no such run).
 WHOLE_RUN_INPUT: Final[LiteralString] = "select input from pgflow.runs where run_id = %s"
-#: (run id) -> each step of the run's flow in step order, with its state, its dependencies, its
-#: tasks' counts and most attempts, its timings, its output (the first 2,000 characters, and
-#: its whole length) and the latest error of its tasks (the failed one, else the last retried).
-RUN_STEP_DETAILS: Final[LiteralString] = (
+
+
+def run_step_details(version: str) -> LiteralString:
+    """(run id) -> each step of the run's flow in step order, with its state, its dependencies,
+    its tasks' counts and most attempts, its timings, its output (the first 2,000 characters,
+    and its whole length), the latest error of its tasks (the failed one, else the last
+    retried), and a subflow step's flow (engine 0028; null before)."""
+    subflow: LiteralString = (
+        " s.subflow_slug," if statements.has_subflows(version) else " null::text as subflow_slug,"
+    )
+    return _RUN_STEP_DETAILS_HEAD + subflow + _RUN_STEP_DETAILS_REST
+
+
+_RUN_STEP_DETAILS_HEAD: Final[LiteralString] = (
     "select s.step_slug, s.step_index, s.step_type, s.queue_name,"
+)
+_RUN_STEP_DETAILS_REST: Final[LiteralString] = (
     " coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,"
     " coalesce(s.opt_timeout, f.opt_timeout) as timeout,"
     " coalesce((select array_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d"

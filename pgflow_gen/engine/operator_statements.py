@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
+from pgflow_gen.engine import statements
+
 # -- db ------------------------------------------------------------------------------------------
 SERVER_VERSION: Final[LiteralString] = "show server_version"
 #: How PGMQ is installed here: 'extension <version>', its SQL install's comment, or NULL.
@@ -34,11 +36,24 @@ RUNS_IN_ID_RANGE: Final[LiteralString] = (
     "select run_id, flow_slug, status, started_at from pgflow.runs"
     " where run_id between %s and %s order by started_at desc limit 11"
 )
-#: (run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
-#: latest error of its tasks (the failed one, else the last retried one) with its attempt; a
-#: signal step's type, and when it waits: since when and until when (NULL: for ever).
-RUN_STEP_STATUS: Final[LiteralString] = (
+
+
+def run_step_status(version: str) -> LiteralString:
+    """(run id) -> each step in step order: state, queue, tasks, most attempts, a note, and the
+    latest error of its tasks (the failed one, else the last retried one) with its attempt; a
+    signal step's type, and when it waits: since when and until when (NULL: for ever); a
+    subflow step's flow (engine 0028; null on an engine of the window before it)."""
+    return (
+        _RUN_STEP_STATUS_HEAD
+        + (" s.subflow_slug," if version >= "0028" else " null::text as subflow_slug,")
+        + _RUN_STEP_STATUS_REST
+    )
+
+
+_RUN_STEP_STATUS_HEAD: Final[LiteralString] = (
     "select ss.step_slug, ss.status, s.queue_name, ss.initial_tasks, s.step_type,"
+)
+_RUN_STEP_STATUS_REST: Final[LiteralString] = (
     # A signal step waits while its run is started: a failed or cancelled run waits for nothing.
     " case when s.step_type = 'signal' and ss.status = 'started' and r.status = 'started'"
     "   then ss.started_at end as waiting_since,"
@@ -68,10 +83,19 @@ RUN_STEP_STATUS: Final[LiteralString] = (
     " ) as e on true"
     " where ss.run_id = %s order by s.step_index"
 )
-#: ({flow, status, limit}; NULL flow or status: any) -> the newest runs, each with its first
-#: failed step and that step's error.
-RUNS: Final[LiteralString] = (
-    "select r.run_id, r.flow_slug, r.status, r.started_at,"
+
+
+def runs(version: str) -> LiteralString:
+    """({flow, status, parent, limit}; NULL flow, status or parent: any) -> the newest runs,
+    each with its first failed step and that step's error, and its parent run (engine 0028; on
+    an engine of the window before it, none, and a parent selects nothing)."""
+    if statements.has_subflows(version):
+        return _RUNS_HEAD + " r.parent_run_id," + _RUNS_REST + _RUNS_BY_PARENT + _RUNS_TAIL
+    return _RUNS_HEAD + " null::uuid as parent_run_id," + _RUNS_REST + _NO_PARENT + _RUNS_TAIL
+
+
+_RUNS_HEAD: Final[LiteralString] = "select r.run_id, r.flow_slug, r.status, r.started_at,"
+_RUNS_REST: Final[LiteralString] = (
     " coalesce(r.completed_at, r.failed_at, r.cancelled_at) as ended,"
     " f.step_slug as failed_step, f.error_message, r.cancel_reason,"
     " coalesce(w.slugs, '{}') as waiting_signals"
@@ -90,8 +114,12 @@ RUNS: Final[LiteralString] = (
     " ) as w on true"
     " where (%(flow)s::text is null or r.flow_slug = %(flow)s)"
     "   and (%(status)s::text is null or r.status = %(status)s)"
-    " order by r.started_at desc limit %(limit)s"
 )
+_RUNS_BY_PARENT: Final[LiteralString] = (
+    "   and (%(parent)s::uuid is null or r.parent_run_id = %(parent)s)"
+)
+_NO_PARENT: Final[LiteralString] = "   and %(parent)s::uuid is null"
+_RUNS_TAIL: Final[LiteralString] = " order by r.started_at desc limit %(limit)s"
 #: ({flow, age}) -> the flow's started runs, oldest first; with an age, only those older.
 STARTED_RUNS_OF_FLOW: Final[LiteralString] = (
     "select run_id, flow_slug, status, started_at from pgflow.runs"
@@ -99,23 +127,58 @@ STARTED_RUNS_OF_FLOW: Final[LiteralString] = (
     "   and (%(age)s::interval is null or started_at < now() - %(age)s::interval)"
     " order by started_at, run_id"
 )
-#: ({age}) -> how many finished runs prune_data_older_than would delete, in all and by status.
-PRUNABLE_RUNS: Final[LiteralString] = (
+
+
+def prunable_runs(version: str) -> LiteralString:
+    """({age}) -> how many finished runs prune_data_older_than would delete, in all and by
+    status (top runs: a subflow run goes with its top run, engine 0028), and their subflow
+    runs."""
+    return _PRUNABLE_RUNS if statements.has_subflows(version) else _PRUNABLE_RUNS_BEFORE_0028
+
+
+_PRUNABLE_RUNS: Final[LiteralString] = (
+    "with recursive top as ("
+    "   select run_id, status from pgflow.runs"
+    "   where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
+    "     and status in ('completed', 'failed', 'cancelled') and parent_run_id is null"
+    " ), below (run_id) as ("
+    "   select c.run_id from top as t join pgflow.runs as c on c.parent_run_id = t.run_id"
+    "   union all"
+    "   select c.run_id from below as b join pgflow.runs as c on c.parent_run_id = b.run_id"
+    " )"
+    " select count(*) as runs,"
+    " count(*) filter (where status = 'completed') as completed,"
+    " count(*) filter (where status = 'failed') as failed,"
+    " count(*) filter (where status = 'cancelled') as cancelled,"
+    " (select count(*) from below) as subflow_runs"
+    " from top"
+)
+#: _PRUNABLE_RUNS on engines 0020 to 0027 (no subflow runs). It goes when the window passes 0027.
+_PRUNABLE_RUNS_BEFORE_0028: Final[LiteralString] = (
     "select count(*) as runs,"
     " count(*) filter (where status = 'completed') as completed,"
     " count(*) filter (where status = 'failed') as failed,"
-    " count(*) filter (where status = 'cancelled') as cancelled"
+    " count(*) filter (where status = 'cancelled') as cancelled,"
+    " 0::bigint as subflow_runs"
     " from pgflow.runs"
     " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
     "   and status in ('completed', 'failed', 'cancelled')"
 )
-#: ({age}) -> the finished runs a prune with that age would delete, by flow and status.
-PRUNABLE_BY_FLOW: Final[LiteralString] = (
-    "select flow_slug, status, count(*)::int as runs from pgflow.runs"
-    " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
-    "   and status in ('completed', 'failed', 'cancelled')"
-    " group by flow_slug, status order by flow_slug, status"
-)
+
+
+def prunable_by_flow(version: str) -> LiteralString:
+    """({age}) -> the finished top runs a prune with that age would delete, by flow and
+    status."""
+    top: LiteralString = " and parent_run_id is null" if statements.has_subflows(version) else ""
+    return (
+        "select flow_slug, status, count(*)::int as runs from pgflow.runs"
+        " where coalesce(completed_at, failed_at, cancelled_at) < now() - %(age)s::interval"
+        "   and status in ('completed', 'failed', 'cancelled')"
+        + top
+        + " group by flow_slug, status order by flow_slug, status"
+    )
+
+
 #: (retention, batch size) -> what one bounded prune deleted, and whether it is done (0015).
 PRUNE: Final[LiteralString] = "select pgflow.prune_data_older_than(%s, %s) as pruned"
 #: ({flow, age}) -> the failed runs of the flow (that failed within `age`), oldest first.

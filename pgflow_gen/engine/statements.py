@@ -44,6 +44,32 @@ _STEP_LIMIT_USAGE_BEFORE_0023: Final[LiteralString] = (
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 
 
+# -- subflows (engine 0028) ----------------------------------------------------------------------
+def has_subflows(version: str) -> bool:
+    """Whether an engine at `version` has subflows (engine 0028): runs with parents."""
+    return version >= "0028"
+
+
+#: (run id) -> the run's subflow runs however deep (engine 0028), each after its parent and in
+#: task order: depth (1: a child of the run), the parent's task, and the child's state. Only for
+#: an engine with subflows (`has_subflows`).
+RUN_SUBFLOWS: Final[LiteralString] = (
+    "with recursive tree (run_id, depth, path) as ("
+    "   select c.run_id, 1, array[row_number() over (order by c.parent_step_slug,"
+    "     c.parent_task_index, c.started_at)]"
+    "   from pgflow.runs as c where c.parent_run_id = %s"
+    "   union all"
+    "   select c.run_id, t.depth + 1, t.path || row_number() over (partition by t.run_id"
+    "     order by c.parent_step_slug, c.parent_task_index, c.started_at)"
+    "   from tree as t join pgflow.runs as c on c.parent_run_id = t.run_id"
+    " )"
+    " select t.depth, r.run_id, r.parent_run_id, r.parent_step_slug, r.parent_task_index,"
+    " r.flow_slug, r.status, r.retry_count"
+    " from tree as t join pgflow.runs as r on r.run_id = t.run_id"
+    " order by t.path"
+)
+
+
 # -- workers -------------------------------------------------------------------------------------
 def workers(version: str) -> LiteralString:
     """(all: include every stopped one) -> workers by queue, oldest first: those not stopped, and

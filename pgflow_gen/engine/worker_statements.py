@@ -113,11 +113,20 @@ STEP_STATES: Final[LiteralString] = (
     "select step_slug, status, remaining_tasks from pgflow.step_states"
     " where run_id = %s order by step_slug"
 )
-#: Make a run's waiting messages (a retry's backoff, a start delay) visible now, in the queue
-#: table `{}` (an identifier composed in): (run id). The testing kit's "no backoff sleep".
+#: Make runs' waiting messages (a retry's backoff, a start delay) visible now, in the queue
+#: table `{}` (an identifier composed in): (run ids, as text). The testing kit's "no backoff
+#: sleep".
 SHOW_WAITING_MESSAGES: Final[LiteralString] = (
     "update pgmq.{} set vt = clock_timestamp()"
-    " where vt > clock_timestamp() and message->>'run_id' = %s"
+    " where vt > clock_timestamp() and message->>'run_id' = any(%s)"
+)
+#: (run id) -> the run's id and its subflow runs' ids, however deep (engine 0028).
+RUN_TREE: Final[LiteralString] = (
+    "with recursive tree (run_id) as ("
+    "   select %s::uuid"
+    "   union all"
+    "   select c.run_id from tree as t join pgflow.runs as c on c.parent_run_id = t.run_id"
+    " ) select run_id from tree"
 )
 
 # -- schedules -----------------------------------------------------------------------------------

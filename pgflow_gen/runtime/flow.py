@@ -35,7 +35,7 @@ Json = TypeAliasType("Json", "dict[str, Json] | list[Json] | str | int | float |
 _T = TypeVar("_T")
 #: What a handler returns: its output, or an awaitable of it (sync and async handlers alike).
 MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
-StepType = Literal["single", "map", "signal"]
+StepType = Literal["single", "map", "signal", "subflow"]
 SkipMode = Literal["skip", "skip-cascade", "fail"]
 
 
@@ -104,6 +104,9 @@ class Step:
     #: A signal step's payload JSON Schema (its output): stored with the flow, the engine checks
     #: every signal against it. None: any JSON.
     payload_schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: A subflow step's flow (engine 0028): each of its tasks is a run of that flow, one for a
+    #: `subflow` step, one per element for a `map` step. None: the step runs a handler.
+    subflow_slug: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dependencies", tuple(self.dependencies))
@@ -139,12 +142,23 @@ class Step:
             # Always for a signal step ({}: any JSON), so that a schema removed from the spec
             # is removed from the database too.
             payload_schema=(self.payload_schema or {}) if self.is_signal else None,
+            subflow_slug=self.subflow_slug,
         )
 
     @property
     def is_signal(self) -> bool:
         """A signal step runs no task: no handler, no worker, no queue."""
         return self.step_type == "signal"
+
+    @property
+    def is_subflow(self) -> bool:
+        """A subflow step's tasks are runs of another flow: no handler, no worker, no queue."""
+        return self.subflow_slug is not None
+
+    @property
+    def runs_handler(self) -> bool:
+        """Whether a worker runs this step's tasks (every step but signal and subflow steps)."""
+        return not (self.is_signal or self.is_subflow)
 
 
 CatchUp = Literal["none", "latest", "all"]
@@ -207,8 +221,9 @@ class Flow(Generic[StepSlugT, InputT, OutputT, SignalsT]):
 
     @property
     def handled_steps(self) -> tuple[str, ...]:
-        """The steps that run tasks, in step order: every step but the signal steps."""
-        return tuple(step.slug for step in self.steps if not step.is_signal)
+        """The steps whose tasks workers run, in step order: every step but the signal and
+        subflow steps."""
+        return tuple(step.slug for step in self.steps if step.runs_handler)
 
     def step(self, slug: str) -> Step:
         """The step of that slug; KeyError when there is none."""

@@ -64,7 +64,7 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
         yield from _exception_name_problems(listed, where, problem)
     for index, step in enumerate(spec.steps):
         yield from _dependency_problems(spec, index, step, index_of, problem)
-        yield from _signal_problems(index, step, problem)
+        yield from _step_kind_problems(index, step, problem)
         keywords = [
             part for part in re.split(r"[.:]", step.handler or "") if keyword.iskeyword(part)
         ]
@@ -131,17 +131,26 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
                 ("workers", "steps", slug),
                 hint="In flow mode one worker serves every step: set workers.max_concurrent.",
             )
-        elif slug not in index_of or spec.steps[index_of[slug]].signal is not None:
-            what = "which is not a step of this flow" if slug not in index_of else "a signal step"
+        elif slug not in index_of or not spec.steps[index_of[slug]].runs_handler:
+            named = spec.steps[index_of[slug]] if slug in index_of else None
+            what, detail = (
+                ("which is not a step of this flow", None)
+                if named is None
+                else ("a signal step", "A signal step runs no task: no worker serves it.")
+                if named.signal is not None
+                else (
+                    "a subflow step",
+                    f"A subflow step's tasks are runs of flow \"{named.flow}\": that flow's"
+                    " workers run them.",
+                )
+            )
             yield problem(
                 "unknown_worker_step",
                 f'workers.steps names "{slug}", {what}.',
                 ("workers", "steps", slug),
-                detail=None
-                if slug not in index_of
-                else "A signal step runs no task: no worker serves it.",
+                detail=detail,
                 hint="Steps with workers: "
-                f"{', '.join(s.slug for s in spec.steps if s.signal is None) or '(none)'}.",
+                f"{', '.join(s.slug for s in spec.steps if s.runs_handler) or '(none)'}.",
             )
 
     if slugs_ok:
@@ -172,17 +181,32 @@ SIGNAL_STEP_KEYS = {
 }
 
 
-def _signal_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator[Problem]:
-    """A step runs a handler or waits for a signal: exactly one; and a signal step has none of
-    the keys that only a task uses."""
+#: The keys a subflow step cannot have (its tasks are runs of another flow), with what to do
+#: instead. Its retries (max_attempts, base_delay) apply: a retry resumes the failed child run.
+SUBFLOW_STEP_KEYS = {
+    "handler": 'A subflow step runs no handler: its output is the output of a run of its "flow".'
+    ' Remove "handler", or "flow" to run a handler.',
+    "output": 'Its output is the output of a run of its "flow", typed by that flow\'s spec.',
+    "concurrency": "Its tasks are runs of another flow: limit the steps of that flow instead.",
+}
+#: The options of a subflow step: how often, and how long after a failure, its child runs again.
+SUBFLOW_OPTIONS = {"max_attempts", "base_delay"}
+
+
+def _step_kind_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator[Problem]:
+    """A step runs a handler, waits for a signal, or runs another flow: exactly one; and a
+    signal or subflow step has none of the keys that only a handler's task uses."""
+    if step.flow is not None:
+        yield from _subflow_problems(index, step, problem)
+        return
     if step.signal is None:
         if step.handler is None:
             yield problem(
                 "missing_key",
                 'Missing required key "handler".',
                 ("steps", index),
-                hint='A step runs a handler ("handler: package.module:function"), or waits for a'
-                ' signal ("signal: {payload: ...}").',
+                hint='A step runs a handler ("handler: package.module:function"), waits for a'
+                ' signal ("signal: {payload: ...}"), or runs another flow ("flow: <slug>").',
                 step=index,
             )
         return
@@ -203,6 +227,66 @@ def _signal_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator
                 hint=hint,
                 step=index,
             )
+
+
+def _subflow_problems(index: int, step: model.StepSpec, problem: Any) -> Iterator[Problem]:
+    """A subflow step names a valid flow slug, has at most one dependency unless it maps (its
+    child's input is that dependency's output), and none of the keys only a handler uses."""
+    assert step.flow is not None
+    violation = naming.slug_violation(step.flow)
+    if violation is not None:
+        yield problem(
+            "invalid_slug",
+            f'Step "{step.slug}" runs flow {excerpt(repr(step.flow))}, which is not a valid slug.',
+            ("steps", index, "flow"),
+            detail=f"The slug is invalid: {violation}.",
+            hint="Name the slug of another flow of this build.",
+            step=index,
+        )
+    if step.signal is not None:
+        yield problem(
+            "subflow_step_key",
+            f'Subflow step "{step.slug}" cannot have "signal".',
+            ("steps", index, "signal"),
+            hint='A step waits for a signal or runs another flow: remove "signal" or "flow".',
+            step=index,
+        )
+    present = {
+        "handler": step.handler is not None,
+        "output": step.output is not None,
+        "concurrency": step.concurrency is not None,
+    }
+    for key, hint in SUBFLOW_STEP_KEYS.items():
+        if present[key]:
+            yield problem(
+                "subflow_step_key",
+                f'Subflow step "{step.slug}" cannot have "{key}".',
+                ("steps", index, key),
+                hint=hint,
+                step=index,
+            )
+    for option in sorted(step.options.model_fields_set - SUBFLOW_OPTIONS):
+        yield problem(
+            "subflow_step_key",
+            f'Subflow step "{step.slug}" cannot have option "{option}".',
+            ("steps", index, "options", option),
+            detail="Its tasks are runs of another flow: no worker runs them, so a timeout, a"
+            " start delay, limits or exception lists do not apply (set them on that flow's"
+            " steps).",
+            hint="A subflow step takes max_attempts and base_delay: a retry resumes the failed"
+            " child run where it failed.",
+            step=index,
+        )
+    if step.type == "single" and len(step.depends_on) > 1:
+        yield problem(
+            "subflow_step_dependencies",
+            f'Subflow step "{step.slug}" has {len(step.depends_on)} dependencies; at most one.',
+            ("steps", index, "depends_on"),
+            detail="The child run's input is the output of its one dependency (or the run input"
+            " when it has none).",
+            hint="Gather what the child needs in one step, and depend on that step.",
+            step=index,
+        )
 
 
 def _retry_lists(spec: model.FlowSpec) -> Iterator[tuple[list[str], tuple[str | int, ...]]]:
@@ -285,8 +369,24 @@ def _dependency_problems(
         elif step.array is not None and not dependencies:
             dependencies = [step.array]
         mapped = spec.steps[index_of[step.array]] if step.array in index_of else None
-        declared = mapped.output.type if mapped is not None and mapped.output else None
-        if declared is not None and declared != "array" and "array" not in declared:
+        # A map step's output is the array of its tasks' outputs, whatever each one is.
+        declared = (
+            mapped.output.type
+            if mapped is not None and mapped.output and mapped.type != "map"
+            else None
+        )
+        if mapped is not None and mapped.step_type == "subflow":
+            yield problem(
+                "map_array_not_array",
+                f'Map step "{step.slug}" maps the output of "{step.array}", which is not an array.',
+                (*keys, "array"),
+                detail=f'"{step.array}" is a subflow step: its output is the output of a run of'
+                f' flow "{mapped.flow}", an object.',
+                hint="Map a step whose output is an array (a subflow map step's is: its runs'"
+                " outputs).",
+                step=index,
+            )
+        elif declared is not None and declared != "array" and "array" not in declared:
             yield problem(
                 "map_array_not_array",
                 f'Map step "{step.slug}" maps the output of "{step.array}", which is not an array.',

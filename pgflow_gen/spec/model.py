@@ -177,9 +177,12 @@ class SignalSpec(_Strict):
 class StepSpec(_Strict):
     """One step. Its position in `steps` is its step index (the topological order)."""
 
-    # Editors learn the rule `checks.py` enforces: a step runs a handler or waits for a signal.
+    # Editors learn the rule `checks.py` enforces: a step runs a handler, waits for a signal, or
+    # runs another flow.
     model_config = ConfigDict(
-        json_schema_extra={"oneOf": [{"required": ["handler"]}, {"required": ["signal"]}]}
+        json_schema_extra={
+            "oneOf": [{"required": ["handler"]}, {"required": ["signal"]}, {"required": ["flow"]}]
+        }
     )
 
     slug: str = Field(description="Step slug: a letter first, then letters, digits, single _.")
@@ -197,6 +200,12 @@ class StepSpec(_Strict):
     signal: SignalSpec | None = Field(
         default=None, description="Instead of a handler: the step waits for a signal."
     )
+    flow: str | None = Field(
+        default=None,
+        description="Instead of a handler: the slug of another flow of the build, which the step"
+        " runs as a subflow with the step's input (a map step: one run per element); its output"
+        " is that run's output.",
+    )
     output: TypeSchema | None = None
     options: StepOptions = Field(default_factory=StepOptions)
     concurrency: Concurrency | None = Field(
@@ -204,8 +213,17 @@ class StepSpec(_Strict):
     )
 
     @property
-    def step_type(self) -> Literal["single", "map", "signal"]:
-        return "signal" if self.signal is not None else self.type
+    def step_type(self) -> Literal["single", "map", "signal", "subflow"]:
+        if self.signal is not None:
+            return "signal"
+        if self.flow is not None and self.type == "single":
+            return "subflow"
+        return self.type
+
+    @property
+    def runs_handler(self) -> bool:
+        """Whether a worker runs the step (every step but signal and subflow steps)."""
+        return self.signal is None and self.flow is None
 
 
 class ScheduleSpec(_Strict):

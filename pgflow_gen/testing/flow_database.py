@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import psycopg
@@ -12,6 +12,7 @@ from pgflow_gen.runtime.client import Client, Run
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
 from pgflow_gen.runtime.worker.settings import WorkerSettings
 from pgflow_gen.testing import runner
+from pgflow_gen.testing.runner import AnyFlow
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
@@ -42,6 +43,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[OutputT]: ...
 
     @overload
@@ -54,6 +56,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[OutputT]: ...
 
     def run_flow(
@@ -65,6 +68,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[Any]:
         """Run `flow` with `input` to its end in this process, through the real engine, and
         return the finished run (`status`, `output`, and for a failed run `failure`).
@@ -76,8 +80,10 @@ class FlowDatabase:
         (handlers do not match the steps), InvalidRunInputError (no run started),
         RunStuckError, or TimeoutError after `timeout` seconds. `settings` (a `WorkerSettings`)
         turn off the output check as for workers (`check_outputs=False`). `signals` maps each
-        signal step to its payload, sent as the run starts (its step takes it when ready). In an
-        async test, await `run_flow_async` instead.
+        signal step to its payload, sent as the run starts (its step takes it when ready).
+        `subflows` pairs each flow the run's subflow steps run (however deep) with its handlers,
+        `[(shipping.FLOW, shipping_handlers)]`: the child runs' tasks run here too. In an async
+        test, await `run_flow_async` instead.
         """
         try:
             asyncio.get_running_loop()
@@ -97,6 +103,7 @@ class FlowDatabase:
                 timeout=timeout,
                 settings=settings,
                 signals=signals,
+                subflows=subflows,
             )
         )
 
@@ -110,6 +117,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[OutputT]: ...
 
     @overload
@@ -122,6 +130,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[OutputT]: ...
 
     async def run_flow_async(
@@ -133,6 +142,7 @@ class FlowDatabase:
         timeout: float = 60.0,
         settings: WorkerSettings | None = None,
         signals: Mapping[str, Any] | None = None,
+        subflows: Sequence[tuple[AnyFlow, Mapping[str, object]]] = (),
     ) -> Run[Any]:
         """`run_flow` for async tests: the same run, awaited on the test's event loop."""
         return await runner.run_flow_async(
@@ -143,4 +153,5 @@ class FlowDatabase:
             timeout=timeout,
             settings=settings,
             signals=signals,
+            subflows=subflows,
         )

@@ -122,7 +122,7 @@ def test_walk_through_every_page_read_only(
     for step, state in (("fetch", "completed"), ("notify", "skipped"), ("parse", "failed")):
         node = page.locator(f'svg.dag g[data-step="{step}"]')
         expect(node).to_have_attribute("data-state", state)
-        expect(node).to_have_class(f"node state-{state}")
+        expect(node).to_have_class(f"node state-{state} kind-task")
     colour = page.locator('svg.dag g[data-step="parse"] rect').evaluate(
         "element => getComputedStyle(element).stroke"
     )

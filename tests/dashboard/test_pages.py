@@ -50,8 +50,8 @@ def test_a_run_page_shows_each_step_its_state_error_output_and_timeline(
     page = dashboard.get(f"/runs/{run_id}")
 
     assert page.status == 200
-    states = dict(re.findall(r'<g class="node state-\w+" data-step="(\w+)" data-state="(\w+)"',
-                             page.body))  # fmt: skip
+    states = dict(re.findall(r'<g class="node state-\w+ kind-task" data-step="(\w+)"'
+                             r' data-state="(\w+)"', page.body))  # fmt: skip
     assert states == {"fetch": "completed", "notify": "skipped", "parse": "failed"}
     assert 'data-from="fetch" data-to="parse"' in page.body
     parse = _section(page.body, "parse")
@@ -381,3 +381,35 @@ def test_the_per_minute_chart_shows_a_quiet_minute_beside_a_burst() -> None:
     assert "1,000 a minute at most" in svg
     assert "60 min ago" in svg
     assert "no task this hour" in str(chart([0] * 60))
+
+
+def test_a_run_page_links_a_subflow_steps_runs_and_each_of_them_its_parent(
+    dashboard: Dashboard, db: Db
+) -> None:
+    db.flow("child", {"slug": "only"})
+    db.flow("parent", {"slug": "each", "step_type": "map", "subflow_slug": "child"})
+    run_id = db.start("parent", ["a", "b"])
+    kids = db.all(
+        "select run_id from pgflow.runs where parent_run_id = %s order by parent_task_index",
+        run_id,
+    )
+    first = next(t for t in db.poll("child") if t.run_id == kids[0]["run_id"])
+    db.complete(first, "A")
+
+    page = dashboard.get(f"/runs/{run_id}")
+
+    node = _node(page.body, "each")
+    assert node["caption"] == "started, 1/2 runs, runs child"
+    assert 'class="node state-started kind-subflow" data-step="each"' in page.body
+    section = _section(page.body, "each")
+    assert "none (a subflow step: its tasks are runs of" in section
+    listed = re.findall(
+        r'<li data-task="(\d)"><a href="/runs/([0-9a-f-]+)">.*?class="status status-(\w+)"', section
+    )
+    assert listed == [
+        ("0", str(kids[0]["run_id"]), "completed"),
+        ("1", str(kids[1]["run_id"]), "started"),
+    ]
+    child_page = dashboard.get(f"/runs/{kids[1]['run_id']}")
+    assert f'<a href="/runs/{run_id}#step-each"><code>{run_id}</code></a>' in child_page.body
+    assert "(its step each, task 1: this run is a subflow run)" in child_page.body

@@ -145,7 +145,7 @@ def test_every_listing_speaks_json_with_its_documented_schema(
     assert run | {"started_at": None, "ended_at": None} == {
         "run_id": run_id, "flow_slug": "e2ePlain", "status": "completed", "started_at": None,
         "ended_at": None, "failed_step": None, "error": None, "cancel_reason": None,
-        "waiting_for_signals": [],
+        "waiting_for_signals": [], "parent_run_id": None,
     }  # fmt: skip
 
     code, listed = json_of(capsys, db_url, "--format", "json", "workers")

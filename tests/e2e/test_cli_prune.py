@@ -69,7 +69,8 @@ def test_json_gives_the_totals(plain: Db, db_url: str, capsys: pytest.CaptureFix
     )
     assert (code, err) == (0, "")
     assert json.loads(out) == {
-        "runs": 2, "archived_messages": 0, "workers": 0, "batches": 1, "older_than_s": 172800.0,
+        "runs": 2, "subflow_runs": 0, "archived_messages": 0, "workers": 0, "batches": 1,
+        "older_than_s": 172800.0,
     }  # fmt: skip
     assert left(plain) == set()
 

@@ -1,5 +1,6 @@
-"""Golden cases: `cases/<case>/flow.yaml` with `expected/` (the generated tree) or
-`expected_error.txt` (the rendered problems). `make regen` rewrites them; review them as code."""
+"""Golden cases: `cases/<case>/flow.yaml` (or `flows/*.yaml`, a build of several flows) with
+`expected/` (the generated tree) or `expected_error.txt` (the rendered problems). `make regen`
+rewrites them; review them as code."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ CASES = Path(__file__).parent / "cases"
 PACKAGE = "expected"
 
 
+def specs(case: Path) -> list[Path]:
+    """The spec files of a case: its `flow.yaml`, or every file of its `flows/`."""
+    if (case / "flows").is_dir():
+        return sorted((case / "flows").glob("*.yaml"))
+    return [case / "flow.yaml"]
+
+
 def render_case(case: Path) -> dict[str, str] | str:
     """The generated files of a case, or the rendered error text of a failing one."""
     try:
-        return build.generate([case / "flow.yaml"], package=PACKAGE, project=case)
+        return build.generate(specs(case), package=PACKAGE, project=case)
     except SpecErrors as errors:
         return "\n".join(problem.render() for problem in errors.problems) + "\n"
 

@@ -30,15 +30,16 @@ def test_a_generated_migration_compiles_then_verifies(db_url: str, path: Path) -
             "select flow_slug, queue_mode from pgflow.flows"
         ).fetchall()
         steps = conn.execute(
-            "select step_slug, queue_name, step_type from pgflow.steps"
+            "select step_slug, queue_name, case when subflow_slug is null then step_type"
+            " else 'subflow' end from pgflow.steps"
             " where flow_slug = %s order by step_index",
             (flow_slug,),
         ).fetchall()
         listed = {r[0] for r in conn.execute("select queue_name from pgmq.meta").fetchall()}
     routes = naming.resolve_queue_routes(flow_slug, [s for s, _, _ in steps], mode)
     assert [(r.step_slug, r.queue_name) for r in routes] == [(s, q) for s, q, _ in steps]
-    # Every step route gets its queue, but a signal step's: it runs no task.
-    expected_queues = {q for _, q, kind in steps if kind != "signal"}
+    # Every step route gets its queue, but a signal or subflow step's: no worker runs its tasks.
+    expected_queues = {q for _, q, kind in steps if kind not in ("signal", "subflow")}
     expected_queues |= {flow_slug.lower()} if mode == "flow" else set()
     assert listed == expected_queues
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.test_typing import CASES, EXAMPLES, NEGATIVE, ROOT, handler_stubs
+from tests.golden.test_typing import CASES, EXAMPLES, NEGATIVE, ROOT, SEVERAL, handler_stubs
 
 PYRIGHT = Path(sys.executable).parent / "pyright"
 
@@ -69,15 +69,27 @@ def test_each_example_passes_pyright_strict(example: Path) -> None:
 @pytest.mark.slow
 def test_golden_trees_pass_pyright_strict(tmp_path: Path) -> None:
     stubs = handler_stubs(tmp_path / "handlers")
-    trees = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/expected"))
+    trees = sorted(
+        str(p.relative_to(ROOT)) for p in CASES.glob("*/expected") if p.parent not in SEVERAL
+    )
     errors, checked = pyright(ROOT, trees, extra_paths=[str(stubs)])
     assert errors == []
-    assert checked == len(list(CASES.glob("*/expected/**/*.py")))
+    assert checked == sum(len(list((ROOT / tree).rglob("*.py"))) for tree in trees)
 
 
 @pytest.mark.slow
-def test_pyright_finds_exactly_the_marked_mistakes_of_the_signal_snippets() -> None:
-    [(example, snippets)] = [(e, n) for e, n in NEGATIVE.items() if n.name == "negative_signals.py"]
+@pytest.mark.parametrize("case", SEVERAL, ids=[p.name for p in SEVERAL])
+def test_golden_builds_of_several_flows_pass_pyright_strict(case: Path, tmp_path: Path) -> None:
+    stubs = handler_stubs(tmp_path / "handlers")
+    errors, checked = pyright(case, ["expected"], extra_paths=[str(stubs)])
+    assert errors == []
+    assert checked == len(list((case / "expected").rglob("*.py")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["negative_signals.py", "negative_subflows.py"])
+def test_pyright_finds_exactly_the_marked_mistakes_of_the_snippets(name: str) -> None:
+    [(example, snippets)] = [(e, n) for e, n in NEGATIVE.items() if n.name == name]
     copy = example / "app" / snippets.name
     copy.write_text(snippets.read_text())
     try:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.golden import golden
+
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "golden" / "cases"
 # The examples, and the project the end-to-end tests run (its handlers are typed the same way).
@@ -19,11 +21,15 @@ EXAMPLES = [
     ROOT / "tests" / "e2e" / "project",
     ROOT / "benchmarks" / "project",
 ]
+#: Golden builds of several flows, whose modules import each other as package `expected`: each
+#: is type-checked from its own folder.
+SEVERAL = sorted(p for p in CASES.iterdir() if (p / "flows").is_dir() and (p / "expected").is_dir())
 NEGATIVE_EXAMPLE = ROOT / "examples" / "community_threads"
 #: Negative snippets (tests/typing/) and the example each is checked against.
 NEGATIVE = {
     NEGATIVE_EXAMPLE: ROOT / "tests" / "typing" / "negative_handlers.py",
     ROOT / "examples" / "human_approval": ROOT / "tests" / "typing" / "negative_signals.py",
+    ROOT / "examples" / "subflows": ROOT / "tests" / "typing" / "negative_subflows.py",
 }
 
 
@@ -45,7 +51,8 @@ def handler_stubs(folder: Path) -> Path:
     """A module for every handler the golden specs name, each attribute a function that takes
     and returns anything, so the worker entry files type-check without the users' code."""
     attributes: dict[str, set[str]] = {}
-    for spec in (case / "flow.yaml" for case in CASES.iterdir() if (case / "expected").is_dir()):
+    built = (case for case in CASES.iterdir() if (case / "expected").is_dir())
+    for spec in (spec for case in built for spec in golden.specs(case)):
         for module, attribute in re.findall(r"handler: ([\w.]+):(\w+)", spec.read_text()):
             attributes.setdefault(module, set()).add(attribute)
     for module, names in attributes.items():
@@ -69,7 +76,11 @@ def golden_flow_modules_result(
 ) -> subprocess.CompletedProcess[str]:
     """mypy over every generated Python file of the golden cases: flow modules, packages and
     worker entry files (against stub handlers)."""
-    files = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/expected/**/*.py"))
+    files = sorted(
+        str(p.relative_to(ROOT))
+        for p in CASES.glob("*/expected/**/*.py")
+        if not any(p.is_relative_to(case) for case in SEVERAL)
+    )
     assert any("/workers/" in f for f in files), "no golden worker entry files"
     stubs = handler_stubs(tmp_path_factory.mktemp("handlers"))
     return mypy(
@@ -83,6 +94,14 @@ def test_golden_flow_modules_pass_mypy_strict(
     golden_flow_modules_result: subprocess.CompletedProcess[str],
 ) -> None:
     assert golden_flow_modules_result.returncode == 0, golden_flow_modules_result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SEVERAL, ids=[p.name for p in SEVERAL])
+def test_golden_builds_of_several_flows_pass_mypy_strict(case: Path, tmp_path: Path) -> None:
+    stubs = handler_stubs(tmp_path)
+    result = mypy("--config-file", os.devnull, "-p", "expected", cwd=case, mypypath=stubs)
+    assert result.returncode == 0, result.stdout
 
 
 @pytest.mark.slow

@@ -21,4 +21,8 @@ def test_the_schema_forbids_unknown_keys_and_knows_the_aliases() -> None:
     assert step["additionalProperties"] is False
     assert {"if", "if_not", "depends_on", "when_unmet"} <= set(step["properties"])
     assert step["required"] == ["slug"]
-    assert step["oneOf"] == [{"required": ["handler"]}, {"required": ["signal"]}]
+    assert step["oneOf"] == [
+        {"required": ["handler"]},
+        {"required": ["signal"]},
+        {"required": ["flow"]},
+    ]

@@ -38,7 +38,8 @@ STATEMENT_MODULES = [
 SQL = re.compile(
     r"""^\s*(
         select\s.*(\bfrom\b|\w\(|\bis\s+not\s+null\b) | select\s+\d+\s*$
-      | insert\s+into\s | update\s+\S+\s+set\s | delete\s+from\s | with\s+\w+\s+as\s*\(
+      | insert\s+into\s | update\s+\S+\s+set\s | delete\s+from\s
+      | with\s+(recursive\s+)?\w+\s*(\([^)]*\)\s*)?as\s*\(
       | (create|alter|drop)\s+(database|table|role|function|schema|index|extension|trigger)\b
       | grant\s.*\s(on|to)\s | revoke\s | comment\s+on\s | (un)?listen\s+\S | notify\s
       | set\s+local\s | show\s+\w+\s*$ | call\s+\w+\.
@@ -89,6 +90,7 @@ def test_the_check_sees_the_statements_of_the_gateway() -> None:
     assert SQL.match("select pgflow.resume_step(%s, %s)")
     assert SQL.match("show server_version")
     assert SQL.match("select 1")
+    assert SQL.match("with recursive tree (run_id, depth) as (select 1) select * from tree")
     assert not SQL.match("show a run, its steps and their last errors")
     assert not SQL.match("create a project: a flow, typed handlers, a test")
 

@@ -291,11 +291,19 @@ def assignment_for(
                 detail="A step-queued flow runs one worker process per step.",
                 hint=f"Valid step slugs: {valid}.",
             )
-        if flow.flow.step(step_slug).is_signal:
+        step = flow.flow.step(step_slug)
+        if step.is_signal:
             raise errors.ConfigError(
                 f'Step "{step_slug}" of flow "{flow.slug}" is a signal step: it runs no task, so'
                 " no worker serves it.",
                 detail="A signal step waits for Client.send_signal (or `pgflow-gen signal`).",
+                hint=f"Steps with workers: {valid}.",
+            )
+        if step.is_subflow:
+            raise errors.ConfigError(
+                f'Step "{step_slug}" of flow "{flow.slug}" is a subflow step: its tasks are runs'
+                f' of flow "{step.subflow_slug}", so no worker of this flow serves it.',
+                detail="The engine starts the child runs; the subflow's own workers run them.",
                 hint=f"Steps with workers: {valid}.",
             )
         if not callable(handler):
@@ -329,7 +337,7 @@ def _plain_assignment(
     flow: Flow[Any, Any, Any], handlers: Mapping[str, object] | None
 ) -> Assignment:
     given = dict(handlers or {})
-    handled = flow.handled_steps  # a signal step has no handler
+    handled = flow.handled_steps  # a signal or subflow step has no handler
     missing = [slug for slug in handled if slug not in given]
     unknown = sorted(set(given) - set(handled))
     if missing or unknown:
@@ -337,10 +345,16 @@ def _plain_assignment(
         if missing:
             problems.append("missing " + ", ".join(f'"{s}"' for s in missing))
         if unknown:
-            signals = [s for s in unknown if s in flow.step_order]
             problems.append("unknown " + ", ".join(f'"{s}"' for s in unknown))
-            if signals:
-                problems[-1] += " (" + ", ".join(f'"{s}"' for s in signals) + " signal step)"
+            for kind, steps in (
+                ("signal", [s for s in unknown if s in flow.step_order and flow.step(s).is_signal]),
+                (
+                    "subflow",
+                    [s for s in unknown if s in flow.step_order and flow.step(s).is_subflow],
+                ),
+            ):
+                if steps:
+                    problems[-1] += " (" + ", ".join(f'"{s}"' for s in steps) + f" {kind} step)"
         raise errors.ConfigError(
             f'The handlers of flow "{flow.slug}" do not match its steps: {"; ".join(problems)}.',
             hint="Steps with handlers: " + ", ".join(f'"{s}"' for s in handled) + ".",

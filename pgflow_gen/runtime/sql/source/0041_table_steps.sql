@@ -5,6 +5,9 @@
 -- description). A signal step (engine 0011) runs no task: it waits for pgflow.send_signal, whose
 -- payload payload_schema checks; its opt_timeout is how long it waits (null: for ever), and its
 -- queue_name is reserved for it but no queue is created.
+-- A subflow step (engine 0028) runs no task in a worker either: subflow_slug names the flow whose
+-- run each of its tasks starts (step_type 'subflow': one child run; 'map': one per element), and
+-- the child's completion completes the task. Its queue_name is reserved too, with no queue.
 create table pgflow.steps (
   flow_slug text not null references pgflow.flows (flow_slug),
   step_slug text not null,
@@ -31,13 +34,18 @@ create table pgflow.steps (
   opt_max_in_flight int,
   opt_rate_limit int,
   opt_rate_period int,
+  subflow_slug text,
   primary key (flow_slug, step_slug),
   constraint steps_step_index_is_unique unique (flow_slug, step_index),
   constraint step_slug_is_valid check (pgflow.is_valid_slug(step_slug)),
   constraint step_index_is_nonnegative check (step_index >= 0),
-  constraint step_type_is_known check (step_type in ('single', 'map', 'signal')),
+  constraint step_type_is_known check (step_type in ('single', 'map', 'signal', 'subflow')),
   constraint deps_count_is_nonnegative check (deps_count >= 0),
   constraint map_step_has_at_most_one_dependency check (step_type <> 'map' or deps_count <= 1),
+  constraint subflow_step_has_at_most_one_dependency check (step_type <> 'subflow' or deps_count <= 1),
+  constraint subflow_slug_is_on_subflow_steps check (
+    case step_type when 'subflow' then subflow_slug is not null when 'map' then true else subflow_slug is null end
+  ),
   constraint queue_name_is_canonical check (
     length(queue_name) between 1 and 47 and queue_name = lower(queue_name)
   ),

@@ -6,6 +6,9 @@
 -- retried_at is when the last one was.
 -- traceparent is the W3C trace context of the caller that started it (engine 0016), so that its
 -- tasks' spans join the caller's trace (docs/observability.md); null when there was none.
+-- A subflow run (engine 0028) names the task that started it: parent_run_id, parent_step_slug and
+-- parent_task_index, all null for a top run. Its completion completes that task, in the same
+-- transaction; its failure fails the task's attempt.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -23,7 +26,13 @@ create table pgflow.runs (
   retry_count int not null default 0,
   retried_at timestamptz,
   traceparent text,
-  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0)
+  parent_run_id uuid,
+  parent_step_slug text,
+  parent_task_index int,
+  constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
+  constraint parent_is_whole check (
+    (parent_run_id is null) = (parent_step_slug is null) and (parent_run_id is null) = (parent_task_index is null)
+  )
 ) with (fillfactor = 80);
 
 create index runs_flow_slug_idx on pgflow.runs (flow_slug);
@@ -32,3 +41,6 @@ create index runs_status_idx on pgflow.runs (status);
 create index runs_started_at_idx on pgflow.runs (started_at, run_id);
 create unique index runs_idempotency_key_idx on pgflow.runs (flow_slug, idempotency_key)
   where idempotency_key is not null;
+-- The children of a run, and of one of its tasks (a subflow step's).
+create index runs_parent_idx on pgflow.runs (parent_run_id, parent_step_slug, parent_task_index)
+  where parent_run_id is not null;

@@ -1,7 +1,8 @@
 -- Appends a step to a flow-mode flow (its step_index is the next one, its route the flow's
 -- default queue) with its dependency edges. Idempotent: re-adding an identical step returns it;
 -- any difference is an error. Step-queued flows are refused: they are defined only as a whole, by
--- ensure_flow_compiled. Takes the flow's definition lock.
+-- ensure_flow_compiled. Takes the flow's definition lock. A subflow step (engine 0028) is
+-- step_type 'subflow' (or 'map', one child run per element) with the child's flow in subflow_slug.
 create function pgflow.add_step(
   flow_slug text,
   step_slug text,
@@ -14,7 +15,8 @@ create function pgflow.add_step(
   required_input_pattern jsonb default null,
   forbidden_input_pattern jsonb default null,
   when_unmet text default 'skip',
-  when_exhausted text default 'fail'
+  when_exhausted text default 'fail',
+  subflow_slug text default null
 )
 returns pgflow.steps
 language plpgsql
@@ -42,7 +44,7 @@ begin
   return pgflow._insert_step(
     flow_slug, step_slug, deps_slugs, max_attempts, base_delay, timeout, start_delay, step_type,
     required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted,
-    pgflow.default_queue_name(flow_slug)
+    pgflow.default_queue_name(flow_slug), subflow_slug
   );
 end;
 $$;

@@ -1,6 +1,7 @@
 -- The structural shape of a persisted flow, in the format workers send to ensure_flow_compiled:
 -- {"steps": [{slug, stepType, dependencies (sorted), whenUnmet, whenExhausted,
--- requiredInputPattern, forbiddenInputPattern}]}; options are not part of the shape.
+-- requiredInputPattern, forbiddenInputPattern, and subflowSlug on a subflow step}]}; options are
+-- not part of the shape.
 create function pgflow._get_flow_shape(flow_slug text)
 returns jsonb
 language sql
@@ -24,7 +25,9 @@ as $$
       'forbiddenInputPattern', case when s.forbidden_input_pattern is null
         then '{"defined": false}'::jsonb
         else jsonb_build_object('defined', true, 'value', s.forbidden_input_pattern) end
-    ) order by s.step_index
+    ) || case when s.subflow_slug is not null then jsonb_build_object('subflowSlug', s.subflow_slug)
+      else '{}'::jsonb end
+    order by s.step_index
   ), '[]'::jsonb))
   from pgflow.steps as s
   where s.flow_slug = _get_flow_shape.flow_slug

@@ -39,7 +39,8 @@ begin
       v_differences := v_differences || format('Step at index %s: dependencies differ %s vs %s', i,
         coalesce(v_e -> 'dependencies', '[]'), coalesce(v_a -> 'dependencies', '[]'));
     end if;
-    foreach v_key in array array['whenUnmet', 'whenExhausted', 'requiredInputPattern', 'forbiddenInputPattern'] loop
+    foreach v_key in array array['whenUnmet', 'whenExhausted', 'requiredInputPattern', 'forbiddenInputPattern',
+      'subflowSlug'] loop
       if v_e -> v_key is distinct from v_a -> v_key then
         v_differences := v_differences || format('Step at index %s: %s differs %s vs %s', i, v_key, v_e -> v_key, v_a -> v_key);
       end if;

@@ -1,6 +1,6 @@
 -- Writes a complete flow definition from a shape in the given queue mode: the flow with
 -- shape.options, every step in array order with its options and its route from queue_names (in
--- step order), then the queues (none for a signal step). Every queue name is checked before
+-- step order), then the queues (none for a signal or subflow step). Every queue name is checked before
 -- anything is written (in flow mode by create_flow). Called by ensure_flow_compiled under the
 -- definition lock, for a flow that does not exist.
 create function pgflow._create_flow_from_shape(flow_slug text, shape jsonb, queue_mode text, queue_names text[])
@@ -46,15 +46,17 @@ begin
         then v_step #> '{forbiddenInputPattern,value}' end,
       coalesce(v_step ->> 'whenUnmet', 'skip'),
       coalesce(v_step ->> 'whenExhausted', 'fail'),
-      queue_names[v_index]
+      queue_names[v_index],
+      v_step ->> 'subflowSlug'
     );
   end loop;
 
   if queue_mode = 'step' then
-    -- A signal step runs no task: its route is reserved, but it has no queue.
+    -- A signal or subflow step runs no task in a worker: its route is reserved, but it has no queue.
     for v_queue in
       select s.queue_name from pgflow.steps as s
       where s.flow_slug = _create_flow_from_shape.flow_slug and s.step_type <> 'signal'
+        and s.subflow_slug is null
       order by s.step_index
     loop
       perform pgmq.create(v_queue);

@@ -31,6 +31,12 @@ begin
         v_step ->> 'slug'
         using errcode = '22023';
     end if;
+    if v_step ? 'subflowSlug' and (jsonb_typeof(v_step -> 'subflowSlug') is distinct from 'string'
+      or coalesce(v_step ->> 'stepType', 'single') not in ('subflow', 'map')) then
+      raise exception 'Invalid flow shape: "subflowSlug" of step "%" must be the slug of a flow, on a subflow or map step.',
+        v_step ->> 'slug'
+        using errcode = '22023';
+    end if;
     v_index := v_index + 1;
   end loop;
 

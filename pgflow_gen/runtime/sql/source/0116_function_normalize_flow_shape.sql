@@ -1,5 +1,6 @@
 -- The structural part of a shape with defaults filled in and dependencies sorted, so that it
--- compares equal to _get_flow_shape of the same definition. Called by ensure_flow_compiled.
+-- compares equal to _get_flow_shape of the same definition (a subflow step keeps its subflowSlug).
+-- Called by ensure_flow_compiled.
 create function pgflow._normalize_flow_shape(shape jsonb)
 returns jsonb
 language sql
@@ -22,7 +23,9 @@ as $$
       'forbiddenInputPattern', case when (s.value #>> '{forbiddenInputPattern,defined}')::boolean
         then jsonb_build_object('defined', true, 'value', s.value #> '{forbiddenInputPattern,value}')
         else '{"defined": false}'::jsonb end
-    ) order by s.ordinality
+    ) || case when s.value ? 'subflowSlug' then jsonb_build_object('subflowSlug', s.value -> 'subflowSlug')
+      else '{}'::jsonb end
+    order by s.ordinality
   ), '[]'::jsonb))
   from jsonb_array_elements(shape -> 'steps') with ordinality as s
 $$;

@@ -6,6 +6,8 @@
 -- Its step roles (pgflow.step_roles) stay bound to their steps' names (engine 0020): they work on
 -- nothing until the flow is applied again with those steps, and never as plain workers; a notice
 -- names them.
+-- A flow that another flow starts as a subflow is refused (55000); the subflow runs of this flow's
+-- runs lose their parent and, when still running, are cancelled (engine 0028).
 -- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
@@ -22,11 +24,24 @@ declare
   v_mode text;
   v_listed text[];
   v_bound text;
+  v_user record;
+  v_child record;
 begin
   perform pgflow._lock_flow_definition(flow_slug);
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
   if not found then
     return;
+  end if;
+  -- GUARD: a flow another flow starts as a subflow stays (engine 0028): deleting it would leave
+  -- that flow's subflow tasks waiting for runs that are gone.
+  select s.flow_slug, s.step_slug into v_user from pgflow.steps as s
+  where s.subflow_slug = delete_flow_and_data.flow_slug and s.flow_slug <> delete_flow_and_data.flow_slug
+  order by s.flow_slug, s.step_index
+  limit 1;
+  if found then
+    raise exception 'Flow "%" is the subflow of step "%" of flow "%", so it cannot be deleted.',
+      flow_slug, v_user.step_slug, v_user.flow_slug
+      using errcode = '55000', hint = format('Nothing was deleted. Delete flow "%s" first.', v_user.flow_slug);
   end if;
 
   v_queues := array(
@@ -40,6 +55,20 @@ begin
   where r.flow_slug = delete_flow_and_data.flow_slug
   order by r.run_id
   for update;
+
+  -- The subflow runs its runs started (engine 0028) lose their parent, and the ones still
+  -- running are cancelled: their flow stays, their parents go.
+  for v_child in
+    update pgflow.runs as c set parent_run_id = null, parent_step_slug = null, parent_task_index = null
+    where c.parent_run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug)
+      and c.flow_slug <> delete_flow_and_data.flow_slug
+    returning c.run_id, c.status
+  loop
+    if v_child.status = 'started' then
+      perform pgflow._cancel_run(v_child.run_id,
+        format('Its parent run was deleted with flow "%s".', delete_flow_and_data.flow_slug));
+    end if;
+  end loop;
 
   -- Messages of unfinished tasks go too (their task rows locked first, in key order, as claims
   -- do): a queue shared with another flow survives this deletion.

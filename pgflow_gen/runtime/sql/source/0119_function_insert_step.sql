@@ -3,6 +3,9 @@
 -- error, and a persisted route is never changed. The caller holds the definition lock and has
 -- checked that the flow exists. Used by add_step and by the compilation of step-queued flows.
 -- A signal step (step_type 'signal') runs no task; its timeout is how long it waits.
+-- A subflow step (engine 0028: step_type 'subflow', or a 'map' with a subflow_slug) starts runs of
+-- the flow subflow_slug names; the flow need not exist yet (flows are applied in any order), but
+-- it is not this flow.
 create function pgflow._insert_step(
   flow_slug text,
   step_slug text,
@@ -16,7 +19,8 @@ create function pgflow._insert_step(
   forbidden_input_pattern jsonb,
   when_unmet text,
   when_exhausted text,
-  queue_name text
+  queue_name text,
+  subflow_slug text default null
 )
 returns pgflow.steps
 language plpgsql
@@ -37,9 +41,31 @@ begin
       using errcode = '22023', detail = format('The slug is invalid: %s.', v_violation),
         hint = 'Use 1-128 ASCII letters, digits and single underscores, starting with a letter and not ending with "_", for example "greetUser" or "greet_user".';
   end if;
-  if step_type is null or step_type not in ('single', 'map', 'signal') then
+  if step_type is null or step_type not in ('single', 'map', 'signal', 'subflow') then
     raise exception 'Invalid step type "%" for step "%".', step_type, step_slug
-      using errcode = '22023', hint = 'Use "single", "map" or "signal".';
+      using errcode = '22023', hint = 'Use "single", "map", "signal" or "subflow".';
+  end if;
+  if step_type = 'subflow' and subflow_slug is null then
+    raise exception 'Subflow step "%" names no flow.', step_slug
+      using errcode = '22023', hint = 'Pass subflow_slug: the slug of the flow whose run the step starts.';
+  end if;
+  if subflow_slug is not null and step_type not in ('subflow', 'map') then
+    raise exception 'Step "%" of type "%" cannot start a subflow.', step_slug, step_type
+      using errcode = '22023',
+        hint = 'Use step_type "subflow" (one child run) or "map" (one child run per element) with a subflow_slug.';
+  end if;
+  if subflow_slug is not null and pgflow._slug_violation(subflow_slug) is not null then
+    raise exception 'Invalid subflow slug "%" for step "%".', subflow_slug, step_slug
+      using errcode = '22023', detail = format('The slug is invalid: %s.', pgflow._slug_violation(subflow_slug));
+  end if;
+  if lower(subflow_slug) = lower(flow_slug) then
+    raise exception 'Step "%" of flow "%" cannot start a run of its own flow.', step_slug, flow_slug
+      using errcode = '22023', hint = 'A flow cannot be its own subflow: that would nest for ever.';
+  end if;
+  if step_type = 'subflow' and cardinality(v_deps) > 1 then
+    raise exception 'Subflow step "%" can have at most one dependency, got %.', step_slug, cardinality(v_deps)
+      using errcode = '22023',
+        hint = 'The child run''s input is the output of its one dependency (or the run input when it has none).';
   end if;
   if when_unmet is null or when_unmet not in ('fail', 'skip', 'skip-cascade') then
     raise exception 'Invalid when_unmet "%" for step "%".', when_unmet, step_slug
@@ -89,6 +115,15 @@ begin
       using errcode = '22023',
         hint = 'Add steps in dependency order: a dependency must be added before the steps that use it.';
   end if;
+  select s.step_slug into v_unknown from pgflow.steps as s
+  where _insert_step.step_type = 'map' and s.flow_slug = _insert_step.flow_slug and s.step_slug = any (v_deps)
+    and s.step_type = 'subflow';
+  if v_unknown is not null then
+    raise exception 'Map step "%" cannot map the output of subflow step "%": a run''s output is an object.',
+      step_slug, v_unknown
+      using errcode = '22023',
+        hint = 'Map a step whose output is an array (a subflow map step outputs one: its child runs'' outputs).';
+  end if;
 
   -- GUARD: an existing step is returned only when identical; definitions never change silently.
   select * into v_step from pgflow.steps as s
@@ -98,6 +133,7 @@ begin
     from pgflow.deps as d where d.flow_slug = _insert_step.flow_slug and d.step_slug = _insert_step.step_slug;
     if v_existing_deps is distinct from (select coalesce(array_agg(d order by d), '{}') from unnest(v_deps) as d)
       or v_step.step_type is distinct from step_type
+      or v_step.subflow_slug is distinct from subflow_slug
       or v_step.required_input_pattern is distinct from required_input_pattern
       or v_step.forbidden_input_pattern is distinct from forbidden_input_pattern
       or v_step.when_unmet is distinct from when_unmet
@@ -123,13 +159,13 @@ begin
   insert into pgflow.steps (
     flow_slug, step_slug, step_index, step_type, deps_count, queue_name,
     opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, subflow_slug
   )
   select _insert_step.flow_slug, _insert_step.step_slug,
     coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = _insert_step.flow_slug), 0),
     _insert_step.step_type, cardinality(v_deps), _insert_step.queue_name,
     max_attempts, base_delay, timeout, start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, _insert_step.subflow_slug
   returning * into v_step;
 
   insert into pgflow.deps (flow_slug, dep_slug, step_slug)

@@ -77,9 +77,13 @@ begin
         )
     ) else r.output end
   where r.run_id = _complete_step.run_id
-  returning r.remaining_steps = 0 and r.status = 'completed' as finished into v_run;
+  returning r.remaining_steps = 0 and r.status = 'completed' as finished, r.parent_run_id into v_run;
   if v_run.finished then
     perform pgflow._emit_event(run_id, 'run:completed', null, 'completed');
+    -- A subflow run completes its parent's task (engine 0028).
+    if v_run.parent_run_id is not null then
+      perform pgflow._settle_parent_task(run_id);
+    end if;
   end if;
   return v_children.ready > 0;
 end;

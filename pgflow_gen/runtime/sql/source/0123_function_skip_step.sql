@@ -1,7 +1,7 @@
 -- Skips one step (when_unmet or when_exhausted = skip): its unfinished tasks become skipped (rows
 -- locked in key order) and then their messages are archived; children lose one dependency, and a
--- map child of it becomes empty. Returns false when the step was no longer open.
--- Caller holds the run row lock.
+-- map child of it becomes empty; a subflow step's child runs still running are cancelled (engine
+-- 0028). Returns false when the step was no longer open. Caller holds the run row lock.
 create function pgflow._skip_step(run_id uuid, step_slug text, skip_reason text, error_message text)
 returns boolean
 language plpgsql
@@ -12,6 +12,7 @@ declare
   v_queues text[];
   v_messages bigint[];
   v_flow_slug text;
+  v_child uuid;
 begin
   update pgflow.step_states as ss
   set status = 'skipped', skip_reason = _skip_step.skip_reason, error_message = _skip_step.error_message,
@@ -41,6 +42,16 @@ begin
   select array_agg(s.queue_name), array_agg(s.message_id) into v_queues, v_messages from skipped as s;
   perform pgflow._archive_task_messages(v_queues, v_messages);
   perform pgflow._emit_event(run_id, 'step:skipped', step_slug, 'skipped');
+  -- A subflow step's children still running are cancelled (engine 0028).
+  for v_child in
+    select c.run_id from pgflow.runs as c
+    where c.parent_run_id = _skip_step.run_id and c.parent_step_slug = _skip_step.step_slug
+      and c.status = 'started'
+    order by c.run_id
+    for update
+  loop
+    perform pgflow._cancel_run(v_child, format('Step "%s" of its parent run %s was skipped.', step_slug, run_id));
+  end loop;
 
   -- The children's slugs come from an array subquery, so the update uses the (run_id, step_slug) key;
   -- a map child of a skipped step has nothing to map.

@@ -2,7 +2,8 @@
 -- evaluates its condition once, then skips it, fails the run, completes it at once when it has no
 -- tasks, or starts it (tasks + one message each; a keyed step's tasks are parked, engine 0018). A
 -- signal step completes with the signal it received early, or starts waiting for one (no task, no
--- message). Skips and instant completions can ready more steps, so it repeats until a pass changes
+-- message). A subflow step starts its child runs (engine 0028). Skips and instant completions
+-- (a child run may finish at once) can ready more steps, so it repeats until a pass changes
 -- nothing but starts. A run that started nothing may be finished, so then it tries to complete it.
 -- Returns false when the run failed. Caller holds the run row lock.
 create function pgflow._advance_run(run_id uuid)
@@ -23,7 +24,7 @@ begin
     for v_step in
       select ss.step_slug, ss.flow_slug, ss.initial_tasks, s.step_type, s.deps_count, s.queue_name,
         s.opt_start_delay, s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, r.input,
-        s.opt_concurrency_key
+        s.opt_concurrency_key, s.subflow_slug
       from pgflow.step_states as ss
       join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
       join pgflow.runs as r on r.run_id = ss.run_id
@@ -99,7 +100,17 @@ begin
       set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
       where ss.run_id = _advance_run.run_id and ss.step_slug = v_step.step_slug and ss.status = 'created';
       continue when not found;
-      if v_step.opt_concurrency_key is null then
+      if v_step.subflow_slug is not null then
+        -- A subflow step's tasks start child runs (engine 0028), which may even finish at once.
+        perform pgflow._emit_event(run_id, 'step:started', v_step.step_slug, 'started');
+        perform pgflow._start_subflow_children(run_id, v_step.step_slug);
+        -- GUARD: a child that could not start may have failed the run.
+        if not exists (select 1 from pgflow.runs as r where r.run_id = _advance_run.run_id and r.status = 'started') then
+          return false;
+        end if;
+        v_again := true;
+        continue;
+      elsif v_step.opt_concurrency_key is null then
         perform pgflow._enqueue_step_tasks(run_id, v_step.flow_slug, v_step.step_slug, v_step.queue_name,
           v_step.initial_tasks, coalesce(v_step.opt_start_delay, 0));
       else

@@ -81,7 +81,7 @@ begin
     status, started_at, remaining_tasks)
   select v_run_id, s.flow_slug, s.step_slug, s.deps_count,
     case
-      when s.step_type in ('single', 'signal') then 1
+      when s.step_type in ('single', 'signal', 'subflow') then 1
       when s.deps_count = 0 then v_input_length
     end,
     case when v_flow.plain and s.deps_count = 0 then 'started' else 'created' end,

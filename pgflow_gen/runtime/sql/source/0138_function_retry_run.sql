@@ -1,16 +1,8 @@
--- Retries a failed run from where it failed. Its failed steps, and the steps it left unfinished
--- when it failed, run again: every task of theirs that did not complete (it failed, or the failure
--- cancelled it) is queued again with a fresh message (a keyed one is parked, engine 0018) and its
--- whole retry budget, keeping its last error. Its attempt numbers go on (engine 0020: the budget
--- counts from attempts_before_retry), so a late result of an attempt before the retry stays stale.
--- Completed tasks and steps keep their outputs and do not run again (in a map only the failed and
--- unfinished elements run); skipped steps stay skipped. A step that failed without a task (a
--- condition with when_unmet = fail, a signal that did not come) is ready again and decided anew,
--- and a signal step that waits starts a new wait. The run is started again (retry_count + 1,
--- retried_at); one event, run:retried.
--- Refused, changing nothing: an unknown run (P0002), a run that is not failed, or one whose flow
--- has gained a step since it started (55000). Locks the run, its step states and its tasks, in
--- that order, as every callback does; then it sends the new messages.
+-- Retries a failed run from where it failed (pgflow._retry_run: its unfinished tasks run again,
+-- completed ones keep their outputs), and records the operator's action. Refused, changing
+-- nothing: an unknown run (P0002); a run that is not failed, a subflow run (engine 0028: its
+-- parent's task retries it, and retry_run of the parent resumes it), or one whose flow has gained
+-- a step since it started (55000). Locks the run, its step states and its tasks, in that order.
 create function pgflow.retry_run(run_id uuid)
 returns pgflow.runs
 language plpgsql
@@ -21,9 +13,6 @@ as $$
 declare
   v_run pgflow.runs;
   v_added text;
-  v_queue text;
-  v_keys jsonb;
-  v_sent record;
 begin
   select * into v_run from pgflow.runs as r where r.run_id = retry_run.run_id for update;
   if not found then
@@ -33,97 +22,20 @@ begin
     raise exception 'Run % is %; only a failed run can be retried.', run_id, v_run.status
       using errcode = '55000', hint = 'Nothing was changed.';
   end if;
-  -- GUARD: the run's steps must still be its flow's (add_step can extend a flow-mode flow).
-  select s.step_slug into v_added from pgflow.steps as s
-  where s.flow_slug = v_run.flow_slug
-    and not exists (
-      select 1 from pgflow.step_states as ss where ss.run_id = retry_run.run_id and ss.step_slug = s.step_slug
-    )
-  order by s.step_index
-  limit 1;
+  if v_run.parent_run_id is not null then
+    raise exception 'Run % is a subflow run of run %: retry that run.', run_id, v_run.parent_run_id
+      using errcode = '55000',
+        detail = format('It runs for task %s of step "%s", whose retries start it again.', v_run.parent_task_index,
+          v_run.parent_step_slug),
+        hint = 'Nothing was changed. Retrying the parent run resumes this one where it failed.';
+  end if;
+  v_added := pgflow._retry_run(run_id, 0);
   if v_added is not null then
     raise exception 'Run % cannot be retried: flow "%" has changed since it started.', run_id, v_run.flow_slug
       using errcode = '55000', detail = format('Step "%s" was added to the flow after the run started.', v_added),
         hint = 'Nothing was changed. Start a new run.';
   end if;
-
-  perform 1 from pgflow.step_states as ss
-  where ss.run_id = retry_run.run_id and ss.status in ('created', 'started', 'failed')
-  order by ss.step_slug
-  for update;
-  perform 1 from pgflow.step_tasks as t
-  join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-  where t.run_id = retry_run.run_id and ss.status in ('started', 'failed')
-    and t.status in ('failed', 'cancelled')
-  order by t.step_slug, t.task_index
-  for update of t;
-
-  -- The tasks that did not complete are queued again, each with a new message (visible now).
-  for v_queue, v_keys in
-    select t.queue_name, jsonb_agg(jsonb_build_object(
-        'flow_slug', t.flow_slug, 'run_id', t.run_id, 'step_slug', t.step_slug, 'task_index', t.task_index
-      ) order by t.step_slug, t.task_index)
-    from pgflow.step_tasks as t
-    join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-    where t.run_id = retry_run.run_id and ss.status in ('started', 'failed')
-      and t.status in ('failed', 'cancelled') and t.concurrency_key is null
-    group by t.queue_name
-    order by t.queue_name
-  loop
-    for v_sent in execute format(
-      'insert into pgmq.%I (vt, message) select clock_timestamp(), k.value from jsonb_array_elements($1) as k'
-      ' returning msg_id, message ->> ''step_slug'' as step_slug, (message ->> ''task_index'')::int as task_index',
-      pgflow.pgmq_table_name(v_queue))
-      using v_keys
-    loop
-      update pgflow.step_tasks as t
-      set status = 'queued', message_id = v_sent.msg_id, attempts_before_retry = t.attempts_count,
-        queued_at = clock_timestamp(),
-        started_at = null, failed_at = null, output = null, last_worker_id = null, requeued_count = 0,
-        last_requeued_at = null, permanently_stalled_at = null, claimed_timeout = null, lease_renewed_at = null
-      where t.run_id = retry_run.run_id and t.step_slug = v_sent.step_slug and t.task_index = v_sent.task_index;
-    end loop;
-  end loop;
-
-  -- A keyed task (engine 0018) is queued without a message: it is parked, and gets one when its
-  -- key has room.
-  update pgflow.step_tasks as t
-  set status = 'queued', message_id = null, attempts_before_retry = t.attempts_count,
-    queued_at = clock_timestamp(),
-    started_at = null, failed_at = null, output = null, last_worker_id = null, requeued_count = 0,
-    last_requeued_at = null, permanently_stalled_at = null, claimed_timeout = null, lease_renewed_at = null
-  from pgflow.step_states as ss
-  where t.run_id = retry_run.run_id and ss.run_id = t.run_id and ss.step_slug = t.step_slug
-    and ss.status in ('started', 'failed') and t.status in ('failed', 'cancelled')
-    and t.concurrency_key is not null;
-
-  -- Steps with tasks run again (their unfinished tasks are queued); failed ones without (a
-  -- condition, a signal) are ready again; a waiting signal step waits anew.
-  with counts as (
-    select ss.step_slug, ss.status, s.step_type, count(x.task_index)::int as tasks,
-      count(x.task_index) filter (where x.status <> 'completed')::int as unfinished
-    from pgflow.step_states as ss
-    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-    left join pgflow.step_tasks as x on x.run_id = ss.run_id and x.step_slug = ss.step_slug
-    where ss.run_id = retry_run.run_id and ss.status in ('started', 'failed')
-    group by ss.step_slug, ss.status, s.step_type
-  )
-  update pgflow.step_states as ss
-  set status = case when c.status = 'failed' and c.tasks = 0 then 'created' else 'started' end,
-    remaining_tasks = case when c.tasks > 0 then c.unfinished when c.status = 'started' then ss.remaining_tasks end,
-    started_at = case when c.step_type = 'signal' then clock_timestamp() else ss.started_at end,
-    failed_at = null, error_message = null
-  from counts as c
-  where ss.run_id = retry_run.run_id and ss.step_slug = c.step_slug;
-
-  update pgflow.runs as r
-  set status = 'started', failed_at = null, retry_count = r.retry_count + 1, retried_at = clock_timestamp()
-  where r.run_id = retry_run.run_id;
-  perform pgflow._emit_event(run_id, 'run:retried', null, 'started');
   perform pgflow._record_action('retry', v_run.flow_slug, run_id, null, null);
-  -- Steps ready but never started when the run failed, and the ones made ready above.
-  perform pgflow._advance_run(run_id);
-
   select * into v_run from pgflow.runs as r where r.run_id = retry_run.run_id;
   return v_run;
 end;

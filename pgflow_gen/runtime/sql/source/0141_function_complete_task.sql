@@ -20,7 +20,8 @@ declare
   v_output_type text := coalesce(jsonb_typeof(output), 'SQL NULL');
 begin
   perform pgflow._require_task_routes(array[run_id], array[step_slug]);
-  select r.status as run_status, ss.status as step_status, ss.remaining_tasks, s.step_type, t as task,
+  select r.status as run_status, ss.status as step_status, ss.remaining_tasks, s.step_type, s.subflow_slug,
+    t as task,
     -- The first map step fed by this single step, if any (its output must then be an array).
     (select c.step_slug from pgflow.deps as d
      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
@@ -43,6 +44,13 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
+
+  -- GUARD: a subflow step's task (engine 0028) ends with its child run, never by a report.
+  if v_locked.subflow_slug is not null then
+    raise exception 'Task % of step "%" in run % runs a subflow: it ends when its child run does.',
+      task_index, step_slug, run_id
+      using errcode = '55000', hint = 'Nothing was changed. Complete, fail or cancel the child run instead.';
+  end if;
 
   -- GUARD: a callback of an earlier attempt is stale and changes nothing: since that attempt,
   -- the task failed and was retried, or stall recovery requeued it, and another claim started

@@ -21,9 +21,10 @@ declare
   v_task pgflow.step_tasks;
 begin
   perform pgflow._require_task_routes(array[run_id], array[step_slug]);
-  select r.status as run_status, ss.status as step_status, t as task into v_locked
+  select r.status as run_status, ss.status as step_status, t as task, s.subflow_slug into v_locked
   from pgflow.runs as r
   join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = fail_task.step_slug
+  join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
   join pgflow.step_tasks as t
     on t.run_id = r.run_id and t.step_slug = ss.step_slug and t.task_index = fail_task.task_index
   where r.run_id = fail_task.run_id
@@ -36,6 +37,13 @@ begin
       using errcode = 'P0002';
   end if;
   v_task := v_locked.task;
+
+  -- GUARD: a subflow step's task (engine 0028) ends with its child run, never by a report.
+  if v_locked.subflow_slug is not null then
+    raise exception 'Task % of step "%" in run % runs a subflow: it ends when its child run does.',
+      task_index, step_slug, run_id
+      using errcode = '55000', hint = 'Nothing was changed. Complete, fail or cancel the child run instead.';
+  end if;
 
   -- GUARD: a callback of an earlier attempt is stale and changes nothing: since that attempt,
   -- the task failed and was retried, or stall recovery requeued it, and another claim started

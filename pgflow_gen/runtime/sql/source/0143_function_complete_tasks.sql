@@ -82,7 +82,7 @@ begin
       t.ctid as task_row, ss.ctid as state_row,
       r.status = 'started' and ss.status = 'started' and t.status = 'started'
         and (u.attempt is null or u.attempt = t.attempts_count) as live,
-      s.step_type = 'map' as mapped, ss.remaining_tasks,
+      s.step_type = 'map' as mapped, ss.remaining_tasks, s.subflow_slug is not null as subflow,
       s.step_type = 'single' and not exists (
         select 1 from pgflow.deps as d
         join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
@@ -104,6 +104,7 @@ begin
   )
   select count(*) as found,
     count(distinct (l.run_id, l.step_slug, l.task_index)) as distinct_found,
+    (array_agg(l.ord order by l.ord) filter (where l.subflow))[1] as subflow_position,
     array_agg(l.ord order by l.ord) filter (where l.live and l.plain) as positions,
     array_agg(l.run_id order by l.ord) filter (where l.live and l.plain) as run_ids,
     array_agg(l.flow_slug order by l.ord) filter (where l.live and l.plain) as flow_slugs,
@@ -136,6 +137,13 @@ begin
     end if;
     raise exception 'Task % of step "%" in run % does not exist.', v_missing.task_index,
       v_missing.step_slug, v_missing.run_id using errcode = 'P0002';
+  end if;
+
+  -- GUARD: a subflow step's task (engine 0028) ends with its child run, never by a report.
+  if v_batch.subflow_position is not null then
+    raise exception 'Task % of step "%" in run % runs a subflow: it ends when its child run does.',
+      task_indexes[v_batch.subflow_position], step_slugs[v_batch.subflow_position], run_ids[v_batch.subflow_position]
+      using errcode = '55000', hint = 'Nothing was changed. Complete, fail or cancel the child run instead.';
   end if;
 
   -- GUARD: a task named twice is completed once, by the general path (the repeat is a late
@@ -225,7 +233,7 @@ begin
         ) else r.output end
       from (select f.run_id, count(*)::int as finished from fast as f group by f.run_id) as n
       where r.run_id = n.run_id
-      returning r.run_id, r.remaining_steps
+      returning r.run_id, r.remaining_steps, r.parent_run_id
     )
     select array_agg(c.run_id order by c.run_id, s.step_index) as run_ids,
       array_agg(c.flow_slug order by c.run_id, s.step_index) as flow_slugs,
@@ -236,6 +244,8 @@ begin
       array_agg(s.step_index order by c.run_id, s.step_index) as step_indexes,
       array_agg(s.opt_concurrency_key order by c.run_id, s.step_index) as key_paths,
       (select array_agg(n.run_id) from counted as n where n.remaining_steps = 0) as finished_runs,
+      (select array_agg(n.run_id order by n.run_id) from counted as n
+       where n.remaining_steps = 0 and n.parent_run_id is not null) as finished_children,
       (select array_agg(d.queue_name order by d.message_id) from done as d) as done_queues,
       (select array_agg(d.message_id order by d.message_id) from done as d) as done_messages
     into v_started
@@ -322,6 +332,10 @@ begin
       )
       from unnest(v_started.finished_runs) as f (run_id)
       order by f.run_id;
+    end if;
+    -- Subflow runs completed above complete their parents' tasks (engine 0028).
+    if v_started.finished_children is not null then
+      perform pgflow._settle_parent_task(f.run_id) from unnest(v_started.finished_children) as f (run_id);
     end if;
   end if;
 

@@ -1,6 +1,7 @@
--- Maintenance: deletes finished runs (completed, failed or cancelled before now - retention) with
--- their step states, tasks, operators' actions and the tasks' messages still in a queue; and, older
--- than retention, operators' actions on steps, workers silent that long, and archived messages in
+-- Maintenance: deletes finished runs (completed, failed or cancelled before now - retention), each
+-- with its subflow runs however deep (engine 0028; "subflow_runs" counts them), with their step
+-- states, tasks, operators' actions and the tasks' messages still in a queue; and, older than
+-- retention, operators' actions on steps, workers silent that long, and archived messages in
 -- every queue a flow owns (its steps' routes, plus the default queue of a flow-mode flow), found
 -- by their canonical archive table names without listing queues. Running runs are
 -- never touched, whatever their age. With batch_size (engine 0015) one call deletes at most that
@@ -25,6 +26,7 @@ declare
   v_queues text[];
   v_messages bigint[];
   v_done boolean := true;
+  v_top_runs int;
 begin
   if retention is null or retention < interval '0' then
     raise exception 'Retention must be a non-negative interval, got %.', retention using errcode = '22023';
@@ -39,11 +41,13 @@ begin
   -- Same lock order as the task callbacks: runs first; a run busy right now is pruned next time.
   -- In no particular order: sorting every finished run to take a batch would cost more than
   -- deleting it, and skip locked never waits, so the order of these locks cannot deadlock.
+  -- A subflow run goes with its top run (engine 0028), never alone.
   v_runs := array(
     select r.run_id from pgflow.runs as r
-    where (r.status = 'completed' and r.completed_at < v_cutoff)
+    where ((r.status = 'completed' and r.completed_at < v_cutoff)
        or (r.status = 'failed' and r.failed_at < v_cutoff)
-       or (r.status = 'cancelled' and r.cancelled_at < v_cutoff)
+       or (r.status = 'cancelled' and r.cancelled_at < v_cutoff))
+      and r.parent_run_id is null
     limit batch_size
     for update skip locked
   );
@@ -52,6 +56,23 @@ begin
   end if;
   if cardinality(v_runs) = 0 then
     v_runs := null;
+  end if;
+  v_top_runs := coalesce(cardinality(v_runs), 0);
+  -- Their subflow runs, however deep (all finished with them: a finished run ended its children).
+  if v_runs is not null and exists (
+    select 1 from pgflow.runs as c where c.parent_run_id = any (v_runs)
+  ) then
+    v_runs := v_runs || array(
+      with recursive down (run_id) as (
+        select c.run_id from pgflow.runs as c where c.parent_run_id = any (v_runs)
+        union all
+        select c.run_id from down as d join pgflow.runs as c on c.parent_run_id = d.run_id
+      )
+      select d.run_id from down as d
+      join pgflow.runs as r on r.run_id = d.run_id
+      order by d.run_id
+      for update of r
+    );
   end if;
 
   if v_runs is not null then
@@ -98,7 +119,7 @@ begin
   end loop;
 
   return jsonb_build_object(
-    'runs', coalesce(cardinality(v_runs), 0), 'workers', v_workers, 'archived_messages', v_archived,
+    'runs', v_top_runs, 'subflow_runs', coalesce(cardinality(v_runs), 0) - v_top_runs, 'workers', v_workers, 'archived_messages', v_archived,
     'done', v_done
   );
 end;

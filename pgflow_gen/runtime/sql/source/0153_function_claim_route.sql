@@ -72,7 +72,7 @@ begin
       then max(coalesce(s.opt_timeout, v_flow_timeout)) + 2 end
   into step_slugs, timeouts, lease
   from pgflow.steps as s
-  where s.flow_slug = _claim_route.flow_slug and s.step_type <> 'signal'
+  where s.flow_slug = _claim_route.flow_slug and s.step_type <> 'signal' and s.subflow_slug is null
     and (_claim_route.step_slug is null or s.step_slug = _claim_route.step_slug);
 end;
 $$;

@@ -22,7 +22,7 @@ as $$
   from pgflow.steps as s
   left join pgflow.worker_states(queue_coverage.freshness) as w
     on w.queue_name = s.queue_name and w.state = 'live'
-  where s.step_type <> 'signal'
+  where s.step_type <> 'signal' and s.subflow_slug is null
   group by s.flow_slug, s.step_slug, s.step_index, s.queue_name
   order by s.flow_slug, s.step_index
 $$;

@@ -29,6 +29,7 @@ begin
     select q.queue_name, min(q.step_slug) as only_step, count(distinct q.step_slug) = 1 as one_step
     from (
       select s.queue_name, s.step_slug from pgflow.steps as s where s.step_type <> 'signal'
+        and s.subflow_slug is null
       union
       select pgflow.default_queue_name(f.flow_slug), null from pgflow.flows as f
       where f.queue_mode = 'flow'

@@ -5,7 +5,7 @@
 -- engine 0023 the limits set here override the spec's (pgflow.step_limit_overrides, clearing
 -- included) and stay through worker starts and migrations until pgflow.reset_step_limits; none
 -- over a spec that sets none is no override. Returns the limits; null when cleared. A signal step
--- runs no task and takes no limit. Locks the step's row, so an override and the spec's limits (a
+-- runs no task and takes no limit, nor does a subflow step (engine 0028). Locks the step's row, so an override and the spec's limits (a
 -- flow's options, pgflow._apply_flow_options) never cross.
 create function pgflow.set_step_limits(
   flow_slug text,
@@ -35,6 +35,15 @@ begin
     raise exception 'Step "%" of flow "%" is a signal step: it runs no task, so there is nothing to limit.',
       step_slug, flow_slug
       using errcode = '22023', hint = 'Limit the steps that depend on it instead.';
+  end if;
+  if exists (
+    select 1 from pgflow.steps as s
+    where s.flow_slug = set_step_limits.flow_slug and s.step_slug = set_step_limits.step_slug
+      and s.subflow_slug is not null
+  ) then
+    raise exception 'Step "%" of flow "%" is a subflow step: its tasks are child runs, so there is nothing to limit.',
+      step_slug, flow_slug
+      using errcode = '22023', hint = 'Limit the steps of its subflow instead.';
   end if;
   v_limits := pgflow._put_step_limits(flow_slug, step_slug, max_in_flight, rate_limit, rate_period_s, 'operator');
   if v_limits is null and not exists (

@@ -4,7 +4,10 @@
 -- of this budget; exhausted, when_exhausted decides: fail the run, skip the step, or skip it and
 -- everything downstream. No retry either for a permanent failure (a `permanent_reason`: the stored
 -- error gets a second line that says so and why) or for a task whose message is gone (nothing
--- could deliver the retry). The caller holds the run, step state and task row locks (in that
+-- could deliver the retry). A subflow step's task (engine 0028) retries its child run in place
+-- (pgflow._retry_run: its completed steps keep their outputs; its failed tasks' messages hidden
+-- for the delay) as its next attempt; it is not retried when its child is not a failed run (it
+-- was cancelled, or never started). The caller holds the run, step state and task row locks (in that
 -- order) and has checked that all three are started; PGMQ rows are touched last.
 create function pgflow._fail_attempt(
   run_id uuid, step_slug text, task_index int, error_message text, permanent_reason text default null
@@ -20,11 +23,12 @@ declare
   v_attempt int;
   v_delayed int;
   v_note text;
+  v_child record;
 begin
   select * into v_task from pgflow.step_tasks as t
   where t.run_id = _fail_attempt.run_id and t.step_slug = _fail_attempt.step_slug
     and t.task_index = _fail_attempt.task_index;
-  select s.when_exhausted,
+  select s.when_exhausted, s.subflow_slug,
     coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts,
     coalesce(s.opt_base_delay, f.opt_base_delay) as base_delay
   into v_step
@@ -34,7 +38,30 @@ begin
   -- The attempt within the task's budget (the budget starts again with each retry_run).
   v_attempt := v_task.attempts_count - v_task.attempts_before_retry;
 
-  if v_attempt < v_step.max_attempts and v_task.permanently_stalled_at is null
+  if v_attempt < v_step.max_attempts and v_step.subflow_slug is not null and permanent_reason is null then
+    select c.run_id, c.status into v_child from pgflow.runs as c
+    where c.parent_run_id = _fail_attempt.run_id and c.parent_step_slug = _fail_attempt.step_slug
+      and c.parent_task_index = _fail_attempt.task_index
+    order by c.started_at desc, c.run_id
+    limit 1;
+    if v_child.status is not distinct from 'failed' then
+      -- The next attempt starts before the child resumes: the child may finish at once, and
+      -- then completes this attempt.
+      update pgflow.step_tasks as t
+      set attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
+        error_message = _fail_attempt.error_message
+      where t.run_id = _fail_attempt.run_id and t.step_slug = _fail_attempt.step_slug
+        and t.task_index = _fail_attempt.task_index;
+      if pgflow._retry_run(v_child.run_id, pgflow.calculate_retry_delay(v_step.base_delay, v_attempt)) is null then
+        select * into v_task from pgflow.step_tasks as t
+        where t.run_id = _fail_attempt.run_id and t.step_slug = _fail_attempt.step_slug
+          and t.task_index = _fail_attempt.task_index;
+        return v_task;
+      end if;
+      -- The child's flow gained a step since it started: it cannot resume, and the attempt
+      -- fails as the last one would.
+    end if;
+  elsif v_attempt < v_step.max_attempts and v_task.permanently_stalled_at is null
     and permanent_reason is null then
     select count(*) into v_delayed from pgflow._set_vt_batch(v_task.queue_name, array[v_task.message_id],
       array[pgflow.calculate_retry_delay(v_step.base_delay, v_attempt)]);
@@ -79,7 +106,9 @@ begin
   end if;
 
   -- Last: PGMQ rows are only touched after every task row this call needs is locked.
-  perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  if v_task.message_id is not null then
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  end if;
   return v_task;
 end;
 $$;
