@@ -35,7 +35,8 @@ from pgflow_gen.runtime.sql import shipped
 
 #: The command groups, modules of `pgflow_gen.cli` with a `register(commands)`, in help order.
 GROUPS: Final = (
-    "specs", "dev", "db", "runs", "control", "limits", "schedules", "signals", "prune", "dashboard",
+    "specs", "dev", "db", "runs", "control", "fork", "limits", "schedules", "signals", "prune",
+    "dashboard",
 )  # fmt: skip
 #: The group that registers each command (a test checks it against what they register).
 GROUP_OF: Final = {
@@ -44,6 +45,7 @@ GROUP_OF: Final = {
     "db": "db",
     **dict.fromkeys(("start", "status", "runs", "flows", "workers", "coverage"), "runs"),
     **dict.fromkeys(("cancel", "retry", "pause", "resume"), "control"),
+    "fork": "fork",
     "limits": "limits",
     "schedules": "schedules",
     "signal": "signals",

@@ -152,7 +152,7 @@ def _status(args: argparse.Namespace) -> int:
                 for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
                             "completed_at", "failed_at", "cancelled_at", "cancel_reason",
                             "retry_count", "retried_at", "parent_run_id", "parent_step_slug",
-                            "parent_task_index")
+                            "parent_task_index", "forked_from_run_id", "forked_from_step")
             },
             "subflow_runs": [
                 {key: r[key] for key in ("run_id", "flow_slug", "status", "depth",
@@ -189,6 +189,10 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"run:     {run['run_id']}")
     print(f"flow:    {run['flow_slug']}")
+    if run.get("forked_from_run_id") is not None:
+        print(
+            f"forked:  from run {run['forked_from_run_id']}, at its step {run['forked_from_step']}"
+        )
     if run.get("parent_run_id") is not None:
         print(
             f"parent:  {run['parent_run_id']} (its step {run['parent_step_slug']},"

@@ -23,6 +23,7 @@ from pgflow_gen.dashboard import pages
 from pgflow_gen.engine import refusals
 from pgflow_gen.runtime import errors, sqlstate
 from pgflow_gen.runtime.client import operations
+from pgflow_gen.runtime.client.models import ForkedRun
 from pgflow_gen.words import counted
 
 log = logging.getLogger("pgflow_gen.dashboard")
@@ -43,6 +44,21 @@ async def retry(request: Request) -> Response:
     await _checked_form(request)
     said = f"Retried run {run_id} from where it failed."
     return await _perform(request, f"/runs/{run_id}", operations.retry_run(run_id), said)
+
+
+async def fork(request: Request) -> Response:
+    """Fork the run from the step the form names; then show the new run."""
+    run_id = pages.run_id_of(request)
+    form = await _checked_form(request)
+    step_slug = str(form.get("from_step") or "")
+
+    def said(forked: ForkedRun) -> str:
+        return f"Forked run {run_id} from step {step_slug}: this is the new run."
+
+    action = operations.fork_run(run_id, step_slug)
+    return await _perform(
+        request, f"/runs/{run_id}", action, said, then=lambda forked: f"/runs/{forked.run_id}"
+    )
 
 
 async def signal(request: Request) -> Response:
@@ -93,10 +109,11 @@ async def _perform(
     back: str,
     action: operations.Action[T],
     said: str | Callable[[T], str],
+    then: Callable[[T], str] | None = None,
 ) -> Response:
-    """Run the action, labelled as the dashboard's; log it; redirect back with its outcome. A
-    run that is not there is a 404 (it may have been pruned); a database that cannot be reached
-    or is busy shows the error page."""
+    """Run the action, labelled as the dashboard's; log it; redirect back with its outcome (or,
+    done, to the page `then` names: a fork's new run). A run that is not there is a 404 (it may
+    have been pruned); a database that cannot be reached or is busy shows the error page."""
     try:
         async with request.app.state.pool.connection() as conn:
             result = await operations.perform_async(conn, action, label=_actor(request))
@@ -114,7 +131,7 @@ async def _perform(
         return _back(back, error=error.message)
     outcome = said if isinstance(said, str) else said(result)
     log.info("%s (by %s)", outcome, _actor(request))
-    return _back(back, done=outcome)
+    return _back(back if then is None else then(result), done=outcome)
 
 
 def _actor(request: Request) -> str:

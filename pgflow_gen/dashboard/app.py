@@ -95,6 +95,7 @@ def create_app(
             Route("/login", _login, methods=["GET", "POST"]),
             Route("/runs/{run_id}/cancel", actions.cancel, methods=["POST"]),
             Route("/runs/{run_id}/retry", actions.retry, methods=["POST"]),
+            Route("/runs/{run_id}/fork", actions.fork, methods=["POST"]),
             Route("/runs/{run_id}/signal", actions.signal, methods=["POST"]),
             Route("/flows/{flow_slug}/steps/{step_slug}/pause", actions.pause, methods=["POST"]),
             Route("/flows/{flow_slug}/steps/{step_slug}/resume", actions.resume, methods=["POST"]),

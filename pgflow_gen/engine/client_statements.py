@@ -82,6 +82,12 @@ UNSERVED_STEPS: Final[LiteralString] = (
 RETRY_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, retry_count from pgflow.retry_run(%s)"
 )
+#: (run id, step slug) -> the new run forked from the run at that step (engine 0029), read in the
+#: same statement.
+FORK_RUN: Final[LiteralString] = (
+    "select run_id, flow_slug, status, forked_from_run_id, forked_from_step"
+    " from pgflow.fork_run(%s, %s)"
+)
 #: (label) -> the engine records this transaction's operator actions with the caller's label
 #: (the CLI's `pgflow-gen (user@host)`, the dashboard's client address) beside the login role
 #: (engine 0020; what the caller says of itself, not vouched for).

@@ -165,16 +165,22 @@ RUNS_NEWER: Final[LiteralString] = (
 # -- one run -------------------------------------------------------------------------------------
 def run_summary(version: str) -> LiteralString:
     """(run id) -> the run with its input capped: the first 2,000 characters and its whole
-    length (a large input would cost every view its size in time and memory), and the task that
-    started it when it is a subflow run (engine 0028; nulls before); each step's output comes
-    capped below (`run_step_details`)."""
+    length (a large input would cost every view its size in time and memory), the task that
+    started it when it is a subflow run (engine 0028; nulls before), and the run and step it
+    was forked from (engine 0029; nulls before); each step's output comes capped below
+    (`run_step_details`)."""
     parent: LiteralString = (
         " parent_run_id, parent_step_slug, parent_task_index,"
         if statements.has_subflows(version)
         else " null::uuid as parent_run_id, null::text as parent_step_slug,"
         " null::int as parent_task_index,"
     )
-    return _RUN_SUMMARY_HEAD + parent + _RUN_SUMMARY_REST
+    forked: LiteralString = (
+        " forked_from_run_id, forked_from_step,"
+        if version >= "0029"  # fork_run
+        else " null::uuid as forked_from_run_id, null::text as forked_from_step,"
+    )
+    return _RUN_SUMMARY_HEAD + parent + forked + _RUN_SUMMARY_REST
 
 
 _RUN_SUMMARY_HEAD: Final[LiteralString] = (

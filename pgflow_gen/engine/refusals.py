@@ -29,6 +29,14 @@ class RunNotFailedError(errors.PgflowError):
     code = "run_not_failed"
 
 
+class RunNotForkableError(errors.PgflowError):
+    """`fork_run` of a run whose steps to copy did not all end well (completed or skipped), or
+    whose flow has changed since it started (or no longer accepts its input): nothing was
+    started."""
+
+    code = "run_not_forkable"
+
+
 class SignalRefusedError(errors.PgflowError):
     """`send_signal` to a run that is not started, a step that finished or stopped waiting,
     or a step that has its signal already: nothing changed."""

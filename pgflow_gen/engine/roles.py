@@ -70,7 +70,7 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "step_limit_usage",
         "worker_states",
     ),
-    "client": ("cancel_run", "retry_run", "send_signal", "start_flow", "start_flows"),
+    "client": ("cancel_run", "fork_run", "retry_run", "send_signal", "start_flow", "start_flows"),
     "worker": (
         "cancelled_runs",
         "claim_tasks",

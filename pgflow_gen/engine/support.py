@@ -32,7 +32,7 @@ from pgflow_gen import errors
 MIGRATE_HINT: Final = "Run `pgflow-gen db migrate` against this database first."
 
 #: The oldest engine migration this release works with: the previous release's. (This release
-#: brings 0021 to 0028.)
+#: brings 0021 to 0029.)
 OLDEST: Final = "0020"
 #: A function engine migration OLDEST added: how a role that may not read the migrations table
 #: (a worker whose grants an older release made) still tells OLDEST from an older engine. Later

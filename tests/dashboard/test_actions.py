@@ -210,3 +210,42 @@ def test_a_failed_run_offers_no_signal(operator: Dashboard, db: Db) -> None:
     page = operator.get(f"/runs/{run_id}", cookie=sign_in(operator))
     assert "waiting for a signal" not in page.body
     assert f'action="/runs/{run_id}/signal"' not in page.body
+
+
+def test_fork_a_run_from_a_step_and_the_new_run_says_where_it_came_from(
+    operator: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    run_id = finished_showcase(db)
+    cookie = sign_in(operator)
+    page = operator.get(f"/runs/{run_id}", cookie=cookie).body
+    assert '<option value="parse">parse</option>' in page  # the step to fork from, chosen
+    token = csrf(operator, f"/runs/{run_id}", cookie)
+
+    reply = operator.post(
+        f"/runs/{run_id}/fork", {"csrf": token, "from_step": "parse"}, cookie=cookie
+    )
+
+    assert reply.status == 303
+    [new] = db.all("select * from pgflow.runs where forked_from_run_id = %s", run_id)
+    assert reply.headers["location"].startswith(f"/runs/{new['run_id']}?done=")
+    assert outcome(reply.headers["location"]) == (
+        f"Forked run {run_id} from step parse: this is the new run."
+    )
+    assert (new["status"], new["forked_from_step"]) == ("started", "parse")
+    shown = operator.get(f"/runs/{new['run_id']}", cookie=cookie).body
+    assert f'<a href="/runs/{run_id}"><code>{run_id}</code></a>' in shown
+    assert "(from its step parse)" in shown
+    [action] = db.all("select action, label, run_id, step_slug from pgflow.operator_actions")
+    assert action == {
+        "action": "fork", "label": "dashboard (127.0.0.1)", "run_id": new["run_id"],
+        "step_slug": "parse",
+    }  # fmt: skip
+    # A fork the engine refuses says why: notify would copy parse, which failed.
+    reply = operator.post(
+        f"/runs/{run_id}/fork", {"csrf": token, "from_step": "notify"}, cookie=cookie
+    )
+    assert outcome(reply.headers["location"]) == (
+        f'Run {run_id} cannot be forked from step "notify": step "parse", which it would copy,'
+        " is failed."
+    )

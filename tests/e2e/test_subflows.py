@@ -129,3 +129,33 @@ def test_cancelling_a_parent_stops_its_childrens_handlers_in_flight(
         )
         == 0
     )
+
+
+def test_a_run_forked_from_its_failed_step_after_a_fix_runs_only_that_step_again(
+    workers: Workers, db: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workers.start("e2e_document", "worker").started()
+    bug = tmp_path / "bug"
+    bug.touch()
+    failed = db.finished(db.start("e2eDocument", {"name": "three little words", "bug": str(bug)}))
+    assert failed["status"] == "failed"
+
+    bug.unlink()  # the fix
+    code, out, err = run_cli(
+        capsys, db_url, "fork", str(failed["run_id"])[:8], "--from", "store", "--yes"
+    )
+
+    assert (code, err) == (0, "")
+    [fork] = db.all(
+        "select run_id from pgflow.runs where forked_from_run_id = %s", failed["run_id"]
+    )
+    assert out == (
+        f"forked run {failed['run_id']} of e2eDocument from step store: new run"
+        f" {fork['run_id']} (started)\n"
+    )
+    run = db.finished(fork["run_id"])
+    assert (run["status"], run["output"]) == ("completed", {"store": "three little words: 3 words"})
+    # parse was copied (no attempt of its own), store ran again.
+    assert db.task(fork["run_id"], "parse")["attempts_count"] == 0
+    assert db.task(fork["run_id"], "store")["attempts_count"] == 1
+    assert db.run(failed["run_id"])["status"] == "failed"  # left as it was

@@ -20,6 +20,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     InvalidSignalPayloadError,
     RunNotFailedError,
+    RunNotForkableError,
     RunNotFoundError,
     Signal,
     SignalRefusedError,
@@ -160,3 +161,28 @@ def test_every_refused_signal_is_a_typed_error_and_changes_nothing(
     with pytest.raises(SignalRefusedError, match="is cancelled, so it takes no signal"):
         client.send_signal(run.run_id, "approval", {"approved": False})
     assert conn.execute("select count(*) from pgflow.signals").fetchone() == (1,)
+
+
+def test_fork_run_starts_a_new_run_from_a_step_and_refusals_are_typed(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    engine = Engine(conn)
+    run = client.start_flow(REVIEW, {})
+    [draft] = engine.poll("reviewDoc")
+    engine.complete(draft, "text")
+    with pytest.raises(RunNotForkableError) as refused:  # approval waits: it cannot be copied
+        client.fork_run(run.run_id, "publish")
+    assert refused.value.message == (
+        f'Run {run.run_id} cannot be forked from step "publish": step "approval", which it would'
+        " copy, is started."
+    )
+    with pytest.raises(StepNotFoundError):
+        client.fork_run(run.run_id, "publsh")
+    with pytest.raises(RunNotFoundError):
+        client.fork_run(uuid.uuid4(), "draft")
+
+    forked = client.fork_run(run.run_id, "approval")
+
+    assert (forked.flow_slug, forked.status, forked.input) == ("reviewDoc", "started", {})
+    assert forked.run_id != run.run_id
+    assert [w.step_slug for w in forked.waiting_signals()] == ["approval"]  # waits anew

@@ -323,6 +323,21 @@ class Client:
             operations.perform(conn, operations.retry_run(run_id))
             return self.read_run(conn, run_id)
 
+    def fork_run(self, run_id: uuid.UUID, from_step: str) -> Run[Any]:
+        """Start a new run of the run's flow with the same input, from `from_step`, and return
+        it: every step not downstream of `from_step` is copied as it ended (completed with its
+        output, or skipped; none runs again), `from_step` and every step downstream of it run
+        fresh, with the handlers' code as it is now. The new run's `forked_from_run_id` and
+        `forked_from_step` say where it came from; the old run is left as it was.
+
+        Raises RunNotFoundError, StepNotFoundError, RunNotForkableError when a step to copy did
+        not end well or the flow has changed since the run started (nothing was started),
+        DatabaseError for anything else the database refuses.
+        """
+        with self.connection() as conn:
+            forked = operations.perform(conn, operations.fork_run(run_id, from_step))
+            return self.read_run(conn, forked.run_id)
+
     @overload
     def send_signal(
         self, run_id: uuid.UUID, signal: Signal[PayloadT], payload: PayloadT

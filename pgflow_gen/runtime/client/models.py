@@ -224,6 +224,18 @@ class RetriedRun:
 
 
 @dataclass(frozen=True)
+class ForkedRun:
+    """A new run the engine forked from a run at a step (engine 0029): `status` is `started`
+    (or already finished, when nothing was left to run)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: RunStatus
+    forked_from_run_id: uuid.UUID
+    forked_from_step: str
+
+
+@dataclass(frozen=True)
 class WaitingSignal:
     """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
 

@@ -1,5 +1,5 @@
-"""The operator's actions, each written once: cancel and retry a run, send a signal, pause and
-resume a step or a schedule, set a step's limits or give it back the spec's.
+"""The operator's actions, each written once: cancel, retry and fork a run, send a signal, pause
+and resume a step or a schedule, set a step's limits or give it back the spec's.
 
 An action is a value (`Action`): the engine statement, its parameters, how its row reads as a
 typed result, and how what the engine refuses reads as a typed error. `perform` runs one on a
@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.engine import client_statements, refusals
 from pgflow_gen.errors import DatabaseError, PgflowError
-from pgflow_gen.runtime.client.models import RetriedRun, SentSignal, StepPause
+from pgflow_gen.runtime.client.models import ForkedRun, RetriedRun, SentSignal, StepPause
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -89,6 +89,18 @@ def retry_run(run_id: uuid.UUID) -> Action[RetriedRun]:
         (run_id,),
         lambda row: RetriedRun(**_present(row)),
         lambda exc: refusals.engine_error(exc, refused=refusals.RunNotFailedError),
+    )
+
+
+def fork_run(run_id: uuid.UUID, from_step: str) -> Action[ForkedRun]:
+    """Start a new run of the run's flow with its input from `from_step`: the steps before it
+    are copied as they ended, it and the steps after it run again. RunNotFoundError,
+    StepNotFoundError, RunNotForkableError."""
+    return Action(
+        client_statements.FORK_RUN,
+        (run_id, from_step),
+        lambda row: ForkedRun(**_present(row)),
+        lambda exc: refusals.engine_error(exc, refused=refusals.RunNotForkableError),
     )
 
 

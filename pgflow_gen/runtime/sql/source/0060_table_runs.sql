@@ -9,6 +9,7 @@
 -- A subflow run (engine 0028) names the task that started it: parent_run_id, parent_step_slug and
 -- parent_task_index, all null for a top run. Its completion completes that task, in the same
 -- transaction; its failure fails the task's attempt.
+-- A forked run (engine 0029, pgflow.fork_run) names the run and the step it was forked from.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -29,7 +30,10 @@ create table pgflow.runs (
   parent_run_id uuid,
   parent_step_slug text,
   parent_task_index int,
+  forked_from_run_id uuid,
+  forked_from_step text,
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
+  constraint forked_from_is_whole check ((forked_from_run_id is null) = (forked_from_step is null)),
   constraint parent_is_whole check (
     (parent_run_id is null) = (parent_step_slug is null) and (parent_run_id is null) = (parent_task_index is null)
   )

@@ -1,6 +1,7 @@
 """Handlers of e2eDocuments and of its subflow e2eDocument. A document steers its run: `gate`
 names a file `parse` waits for (so a test holds a child in flight), `fail_once` fails its first
-attempt."""
+attempt, and `bug` names a file whose presence makes `store` fail (a bug, fixed by removing
+it)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ async def parse(flow_input: DocumentInput, ctx: Context[DocumentInput], /) -> Pa
 
 
 def store(deps: StoreDeps, ctx: Context[DocumentInput], /) -> str:
-    return f"{ctx.flow_input()['name']}: {deps['parse']['words']} words"
+    document = ctx.flow_input()
+    bug = document.get("bug")
+    if bug and Path(bug).exists():
+        raise RuntimeError(f"a bug in store ({bug})")
+    return f"{document['name']}: {deps['parse']['words']} words"
 
 
 def count(deps: CountDeps, ctx: Context[DocumentsInput], /) -> int:

@@ -44,6 +44,7 @@ class Input(TypedDict):
     name: str
     fail_once: NotRequired[bool]
     gate: NotRequired[str]
+    bug: NotRequired[str]
 
 
 class ParseOutput(TypedDict):
@@ -120,6 +121,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             "name": {"type": "string"},
             "fail_once": {"type": "boolean"},
             "gate": {"type": "string"},
+            "bug": {"type": "string"},
         },
         "required": ["name"],
     },

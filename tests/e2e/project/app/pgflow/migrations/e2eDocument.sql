@@ -12,6 +12,9 @@ begin
     '{
   "inputSchema": {
     "properties": {
+      "bug": {
+        "type": "string"
+      },
       "fail_once": {
         "type": "boolean"
       },
