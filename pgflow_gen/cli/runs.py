@@ -315,17 +315,24 @@ def _flows(args: argparse.Namespace) -> int:
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             existing.require_flow(conn, args.flow_slug)
-        rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": args.flow_slug}).fetchall()
+        steps = operator_statements.flow_steps(support.version(conn))
+        rows = conn.execute(steps, {"flow": args.flow_slug}).fetchall()
 
     if args.format == "json":
         print_json({
             "steps": [
                 {"flow_slug": r["flow_slug"], "queue_mode": r["queue_mode"],
                  "step_slug": r["step_slug"], "step_type": r["step_type"],
-                 "queue_name": r["queue_name"] if r["step_type"] != "signal" else None,
+                 "subflow_slug": r["subflow_slug"],
+                 "queue_name": r["queue_name"]
+                 if r["step_type"] != "signal" and r["subflow_slug"] is None else None,
                  # A signal step runs no task: its one option is how long it waits.
                  "options": {"timeout": {"value": r["opt_timeout"], "from_flow": False}}
                  if r["step_type"] == "signal" else {
+                     # A subflow step's tasks are child runs: only its retries apply.
+                     "max_attempts": _inherited(r["opt_max_attempts"], r["flow_max_attempts"]),
+                     "base_delay": _inherited(r["opt_base_delay"], r["flow_base_delay"]),
+                 } if r["subflow_slug"] is not None else {
                      "max_attempts": _inherited(r["opt_max_attempts"], r["flow_max_attempts"]),
                      "base_delay": _inherited(r["opt_base_delay"], r["flow_base_delay"]),
                      "timeout": _inherited(r["opt_timeout"], r["flow_timeout"]),
@@ -345,6 +352,11 @@ def _flows(args: argparse.Namespace) -> int:
             waits = f"{r['opt_timeout']} (wait)" if r["opt_timeout"] else "none (waits for ever)"
             return (r["flow_slug"], r["queue_mode"], r["step_slug"], "signal", "-", "-", "-",
                     waits, "-")  # fmt: skip
+        if r["subflow_slug"] is not None:  # no queue: its tasks are runs of another flow
+            kind = f"{r['step_type']} of {r['subflow_slug']}"
+            return (r["flow_slug"], r["queue_mode"], r["step_slug"], kind, "-",
+                    option(r["opt_max_attempts"], r["flow_max_attempts"]),
+                    option(r["opt_base_delay"], r["flow_base_delay"]), "-", "-")  # fmt: skip
         return (r["flow_slug"], r["queue_mode"], r["step_slug"], r["step_type"], r["queue_name"],
                 option(r["opt_max_attempts"], r["flow_max_attempts"]),
                 option(r["opt_base_delay"], r["flow_base_delay"]),

@@ -14,7 +14,7 @@ from pgflow_gen.cli import connecting, existing, run_refs, runs
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import operator_statements, refusals
+from pgflow_gen.engine import operator_statements, refusals, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
 from pgflow_gen.runtime.client import operations
@@ -87,7 +87,9 @@ def _signal(args: argparse.Namespace) -> int:
 
 def _require_signal_step(conn: psycopg.Connection[dict[str, Any]], flow: str, step: str) -> None:
     """Raise UsageError unless the flow has the signal step, naming a near one."""
-    rows = conn.execute(operator_statements.FLOW_STEPS, {"flow": flow}).fetchall()
+    rows = conn.execute(
+        operator_statements.flow_steps(support.version(conn)), {"flow": flow}
+    ).fetchall()
     signals = [r["step_slug"] for r in rows if r["step_type"] == "signal"]
     if step in signals:
         return

@@ -194,9 +194,21 @@ RUNS_BY_ID: Final[LiteralString] = (
     " coalesce(started_at > now() - %(age)s::interval, false) as young"
     " from pgflow.runs where run_id = any(%(ids)s)"
 )
-#: ({flow}; NULL: every flow) -> each step of each flow with its own and its flow's options.
-FLOW_STEPS: Final[LiteralString] = (
+
+
+def flow_steps(version: str) -> LiteralString:
+    """({flow}; NULL: every flow) -> each step of each flow with its own and its flow's
+    options, and a subflow step's flow (engine 0028; null before)."""
+    subflow: LiteralString = (
+        " s.subflow_slug," if statements.has_subflows(version) else " null::text as subflow_slug,"
+    )
+    return _FLOW_STEPS_HEAD + subflow + _FLOW_STEPS_REST
+
+
+_FLOW_STEPS_HEAD: Final[LiteralString] = (
     "select f.flow_slug, f.queue_mode, s.step_slug, s.step_type, s.queue_name,"
+)
+_FLOW_STEPS_REST: Final[LiteralString] = (
     " s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay,"
     " f.opt_max_attempts as flow_max_attempts, f.opt_base_delay as flow_base_delay,"
     " f.opt_timeout as flow_timeout"

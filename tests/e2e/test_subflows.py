@@ -52,6 +52,17 @@ def test_an_order_ships_through_its_shipping_subflow(
     code, out, _ = run_cli(capsys, db_url, "status", str(run_id))
     assert code == 0
     assert f"subflow run {child['run_id']} of e2eShipping: completed" in out
+    code, out, _ = run_cli(capsys, db_url, "flows", "--flow", "e2eOrders", "--format", "json")
+    [ship] = [s for s in json.loads(out)["steps"] if s["step_slug"] == "ship"]
+    assert (ship["step_type"], ship["subflow_slug"], ship["queue_name"]) == (
+        "subflow",
+        "e2eShipping",
+        None,  # its route is reserved, but it has no queue
+    )
+    assert set(ship["options"]) == {"max_attempts", "base_delay"}
+    code, out, _ = run_cli(capsys, db_url, "flows", "--flow", "e2eOrders")
+    [line] = [line for line in out.splitlines() if " ship " in line]
+    assert "subflow of e2eShipping" in line
 
 
 def test_twenty_documents_each_run_a_subflow_and_a_failed_one_is_retried_in_place(
