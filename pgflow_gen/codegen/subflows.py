@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pgflow_gen.codegen import step_rules
@@ -30,65 +29,53 @@ def problems(loaded: Sequence[LoadedSpec]) -> Iterator[Problem]:
     specs = {item.spec.slug: item.spec for item in loaded}
     for item in loaded:
         for index, step in enumerate(item.spec.steps):
-            if step.flow is None:
-                continue
-            where = item.locator.at(("steps", index, "flow"))
-            common = _StepOf(item.spec.slug, step.slug, index)
-            child = specs.get(step.flow)
-            if child is None:
-                near = difflib.get_close_matches(step.flow, list(specs), n=1)
-                near = [s for s in specs if s.lower() == step.flow.lower()] or near
-                yield Problem(
-                    "unknown_subflow",
-                    f'Step "{step.slug}" runs flow {excerpt(repr(step.flow))}, which is not a flow'
-                    " of this build.",
-                    where,
-                    detail="A subflow is typed from its spec, so it must be built with the flow"
-                    " that runs it.",
-                    hint=f'Did you mean "{near[0]}"? Slugs are exact.'
-                    if near
-                    else "Add the flow's spec to the build, or name a flow that is in it.",
-                    **common.fields(),
-                )
-                continue
-            cycle = _cycle(specs, item.spec.slug, step.flow)
-            if cycle is not None:
-                yield Problem(
-                    "subflow_cycle",
-                    f'Flow "{item.spec.slug}" runs itself through subflows: {" -> ".join(cycle)}.',
-                    where,
-                    detail="Each run would start another run of its own flow, for ever.",
-                    hint="Break the cycle: a flow cannot be its own subflow, directly or not.",
-                    **common.fields(),
-                )
-                continue
-            misfit = type_fit.first_misfit(step_input(specs, item.spec, step), flow_input(child))
-            if misfit is not None:
-                yield Problem(
-                    "subflow_input_mismatch",
-                    f'Step "{step.slug}" cannot give flow "{child.slug}" the input it declares.',
-                    where,
-                    detail=f"{_input_origin(item.spec, step)} For the input of flow"
-                    f' "{child.slug}": {misfit}.',
-                    hint=f'Change the output that feeds "{step.slug}", or the input of flow'
-                    f' "{child.slug}", so that they fit.',
-                    **common.fields(),
-                )
+            if step.flow is not None:
+                yield from _step_problems(item, index, step, step.flow, specs)
 
 
-@dataclass(frozen=True)
-class _StepOf:
-    flow_slug: str
-    step_slug: str
-    step_index: int
+def _step_problems(
+    item: LoadedSpec, index: int, step: model.StepSpec, flow: str, specs: Specs
+) -> Iterator[Problem]:
+    def problem(code: str, message: str, *, detail: str, hint: str) -> Problem:
+        return Problem(
+            code, message, item.locator.at(("steps", index, "flow")), detail=detail, hint=hint,
+            flow_slug=item.spec.slug, step_slug=step.slug, step_index=index,
+        )  # fmt: skip
 
-    def fields(self) -> dict[str, Any]:
-        """Problem's keyword arguments that say which step."""
-        return {
-            "flow_slug": self.flow_slug,
-            "step_slug": self.step_slug,
-            "step_index": self.step_index,
-        }
+    child = specs.get(flow)
+    if child is None:
+        near = [s for s in specs if s.lower() == flow.lower()]
+        near = near or difflib.get_close_matches(flow, list(specs), n=1)
+        yield problem(
+            "unknown_subflow",
+            f'Step "{step.slug}" runs flow {excerpt(repr(flow))}, which is not a flow of this'
+            " build.",
+            detail="A subflow is typed from its spec, so it must be built with the flow that"
+            " runs it.",
+            hint=f'Did you mean "{near[0]}"? Slugs are exact.'
+            if near
+            else "Add the flow's spec to the build, or name a flow that is in it.",
+        )
+        return
+    cycle = _cycle(specs, item.spec.slug, flow)
+    if cycle is not None:
+        yield problem(
+            "subflow_cycle",
+            f'Flow "{item.spec.slug}" runs itself through subflows: {" -> ".join(cycle)}.',
+            detail="Each run would start another run of its own flow, for ever.",
+            hint="Break the cycle: a flow cannot be its own subflow, directly or not.",
+        )
+        return
+    misfit = type_fit.first_misfit(step_input(specs, item.spec, step), flow_input(child))
+    if misfit is not None:
+        yield problem(
+            "subflow_input_mismatch",
+            f'Step "{step.slug}" cannot give flow "{child.slug}" the input it declares.',
+            detail=f"{_input_origin(item.spec, step)} For the input of flow"
+            f' "{child.slug}": {misfit}.',
+            hint=f'Change the output that feeds "{step.slug}", or the input of flow'
+            f' "{child.slug}", so that they fit.',
+        )
 
 
 def _cycle(specs: Specs, start: str, child: str) -> list[str] | None:
@@ -126,15 +113,21 @@ def flow_input(spec: model.FlowSpec) -> dict[str, Any]:
     return ANY if spec.input is None else type_fit.inline(spec.input.as_json())
 
 
-def flow_output(specs: Specs, spec: model.FlowSpec) -> dict[str, Any]:
+def flow_output(
+    specs: Specs, spec: model.FlowSpec, seen: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The run output's schema: each leaf step's output, optional where the leaf may be
-    skipped (as the generated `Output` types it)."""
+    skipped (as the generated `Output` types it). A flow met again on the way down (a cycle,
+    reported where it closes) says nothing."""
+    if spec.slug in seen:
+        return ANY
+    seen = seen | {spec.slug}
     index_of = {step.slug: i for i, step in enumerate(spec.steps)}
     has_dependents = {dep for step in spec.steps for dep in step_rules.dependencies(step)}
     leaves = [s for s in spec.steps if s.slug not in has_dependents]
     return {
         "type": "object",
-        "properties": {leaf.slug: step_output(specs, leaf) for leaf in leaves},
+        "properties": {leaf.slug: step_output(specs, leaf, seen) for leaf in leaves},
         "required": [
             leaf.slug
             for leaf in leaves
@@ -145,13 +138,15 @@ def flow_output(specs: Specs, spec: model.FlowSpec) -> dict[str, Any]:
     }
 
 
-def step_output(specs: Specs, step: model.StepSpec) -> dict[str, Any]:
+def step_output(
+    specs: Specs, step: model.StepSpec, seen: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The schema of a step's whole output (a map step's: the array of its tasks' outputs)."""
     if step.signal is not None:
         one = ANY if step.signal.payload is None else type_fit.inline(step.signal.payload.as_json())
     elif step.flow is not None:
         child = specs.get(step.flow)
-        one = ANY if child is None else flow_output(specs, child)
+        one = ANY if child is None else flow_output(specs, child, seen)
     else:
         one = ANY if step.output is None else type_fit.inline(step.output.as_json())
     return {"type": "array", "items": one} if step.type == "map" else one
