@@ -170,3 +170,37 @@ def test_a_run_forked_from_its_failed_step_after_a_fix_runs_only_that_step_again
     assert db.task(fork["run_id"], "parse")["attempts_count"] == 0
     assert db.task(fork["run_id"], "store")["attempts_count"] == 1
     assert db.run(failed["run_id"])["status"] == "failed"  # left as it was
+
+
+def test_an_order_forked_from_its_middle_subflow_step_after_a_fix_ships_through_a_new_child(
+    workers: Workers, db: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bug = tmp_path / "bug"
+    bug.touch()
+    workers.start("e2e_shipping", "worker", E2E_SHIPPING_BUG=str(bug)).started()
+    for step in ("check", "tell"):
+        workers.start("e2e_orders", step).started()
+    failed = db.finished(db.start("e2eOrders", {"order_id": 8, "address": "2 High St"}))
+    assert failed["status"] == "failed"
+    [old_child] = children(db, failed["run_id"])
+    assert old_child["status"] == "failed"
+
+    bug.unlink()  # the fix
+    code, out, err = run_cli(
+        capsys, db_url, "fork", str(failed["run_id"]), "--from", "ship", "--yes"
+    )
+
+    assert (code, err) == (0, "")
+    [fork] = db.all(
+        "select run_id from pgflow.runs where forked_from_run_id = %s", failed["run_id"]
+    )
+    assert f"new run {fork['run_id']}" in out
+    run = db.finished(fork["run_id"])
+    assert (run["status"], run["output"]) == ("completed", {"tell": "order 8 shipped: T-8"})
+    assert db.task(fork["run_id"], "check")["attempts_count"] == 0  # copied, not run again
+    [new_child] = children(db, fork["run_id"])  # ship ran fresh: a new child run
+    assert (new_child["status"], new_child["input"]) == (
+        "completed",
+        {"address": "2 High St", "order_id": 8},
+    )
+    assert db.run(old_child["run_id"])["status"] == "failed"  # the old tree is left as it was

@@ -13,11 +13,8 @@ from pgflow_gen.codegen import build
 from pgflow_gen.spec import type_fit
 from pgflow_gen.spec.problems import SpecErrors
 
-PERSON = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-    "required": ["name"],
-}
+PROPERTIES: dict[str, Any] = {"name": {"type": "string"}, "age": {"type": "integer"}}
+PERSON: dict[str, Any] = {"type": "object", "properties": PROPERTIES, "required": ["name"]}
 
 
 @pytest.mark.parametrize(
@@ -40,12 +37,12 @@ PERSON = {
             "$.name is required, and not given",
         ),
         (
-            {**PERSON, "properties": {**PERSON["properties"], "age": {"type": "string"}}},
+            {**PERSON, "properties": {**PROPERTIES, "age": {"type": "string"}}},
             PERSON,
             "$.age is given as string, accepted as integer",
         ),
         (
-            {**PERSON, "properties": {**PERSON["properties"], "x": {"type": "string"}}},
+            {**PERSON, "properties": {**PROPERTIES, "x": {"type": "string"}}},
             {**PERSON, "additionalProperties": False},
             "$.x is given, and no such field is accepted",
         ),
@@ -96,7 +93,8 @@ def test_a_cycle_of_flows_a_step_only_reads_from_is_reported_without_looping(
 ) -> None:
     # "top" reads the output of a subflow step running "b", and "b" and "d" run each other.
     specs = {
-        "top": "steps:\n  - {slug: call, flow: b}\n  - {slug: after, depends_on: [call], flow: c}\n",
+        "top": "steps:\n  - {slug: call, flow: b}\n"
+        "  - {slug: after, depends_on: [call], flow: c}\n",
         "b": "steps:\n  - {slug: down, flow: d}\n",
         "d": "steps:\n  - {slug: up, flow: b}\n",
         "c": "input: {type: object}\nsteps:\n  - {slug: only, handler: 'app.x:only'}\n",

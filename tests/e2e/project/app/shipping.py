@@ -1,6 +1,11 @@
-"""Handlers of e2eOrders and of its subflow e2eShipping."""
+"""Handlers of e2eOrders and of its subflow e2eShipping. A worker started with
+E2E_SHIPPING_BUG set fails `label` while the file it names exists (a bug, fixed by removing
+it)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from app.pgflow.e2e_orders import CheckOutput, TellDeps
 from app.pgflow.e2e_orders import Input as OrdersInput
@@ -18,6 +23,9 @@ def pack(flow_input: ShippingInput, ctx: Context[ShippingInput], /) -> PackOutpu
 
 
 def label(deps: LabelDeps, ctx: Context[ShippingInput], /) -> LabelOutput:
+    bug = os.environ.get("E2E_SHIPPING_BUG")
+    if bug and Path(bug).exists():
+        raise RuntimeError(f"a bug in label ({bug})")
     return {"tracking": f"T-{ctx.flow_input()['order_id']}"}
 
 

@@ -11,6 +11,7 @@ from pgflow_gen.runtime import (
     FlowOptions,
     MaybeAwaitable,
     Step,
+    StepOptions,
     StepQueuedFlow,
     TypedDict,
     handler_import_failed,
@@ -142,6 +143,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             step_type="subflow",
             dependencies=("check",),
             subflow_slug="e2eShipping",
+            options=StepOptions(max_attempts=1),
         ),
         Step(
             slug="tell",

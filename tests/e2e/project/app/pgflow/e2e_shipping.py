@@ -112,7 +112,7 @@ class Steps:
 
 FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
     slug="e2eShipping",
-    options=FlowOptions(max_attempts=3, base_delay=1, timeout=10),
+    options=FlowOptions(max_attempts=1, base_delay=1, timeout=10),
     input_type=Input,
     input_schema={
         "type": "object",

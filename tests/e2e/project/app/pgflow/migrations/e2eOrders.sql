@@ -51,6 +51,9 @@ begin
       "forbiddenInputPattern": {
         "defined": false
       },
+      "options": {
+        "maxAttempts": 1
+      },
       "requiredInputPattern": {
         "defined": false
       },

@@ -27,7 +27,7 @@ begin
   },
   "options": {
     "baseDelay": 1,
-    "maxAttempts": 3,
+    "maxAttempts": 1,
     "timeout": 10
   },
   "steps": [
