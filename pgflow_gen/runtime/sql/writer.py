@@ -74,6 +74,10 @@ _CREATE_TRIGGER = re.compile(
 )
 
 
+#: The differing table rows a TableChangesMissing error lists (the rest are counted).
+DETAIL_ROWS = 40
+
+
 class TableChangesMissing(errors.MigrationError):
     """The source's tables (columns, constraints, indexes, types) differ from the migrations'
     after the hand-written section: only a person can write that change."""
@@ -216,10 +220,13 @@ def _check_tables(baseline_url: str, source_url: str) -> None:
             {row[:3] for kind in differing for row in set(after[kind]) ^ set(before[kind])},
             key=str,
         )
+        shown = [" ".join(map(str, row)) for row in missing[:DETAIL_ROWS]]
+        if len(missing) > DETAIL_ROWS:
+            shown.append(f"... and {len(missing) - DETAIL_ROWS} more")
         raise TableChangesMissing(
             f"The source's {', '.join(differing)} differ from the migrations' and the"
             " hand-written section does not change them.",
-            detail="\n".join(" ".join(map(str, row)) for row in missing[:20]),
+            detail="\n".join(shown),
             hint=f"Write the table and data changes between {BEGIN_HAND_WRITTEN!r} and"
             f" {END_HAND_WRITTEN!r}, then write the migration again.",
         )
