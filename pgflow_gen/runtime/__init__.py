@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
     from pgflow_gen.naming import Route
     from pgflow_gen.runtime.client import (
+        AsyncClient,
+        AsyncRun,
         Client,
         FlowNotFoundError,
         InvalidSignalPayloadError,
@@ -64,6 +66,8 @@ _HOMES: dict[str, str] = {
     "Route": "pgflow_gen.naming",
     "Worker": "pgflow_gen.runtime.worker.app_worker",
     "run_worker": "pgflow_gen.runtime.worker.app_worker",
+    "AsyncClient": "pgflow_gen.runtime.client",
+    "AsyncRun": "pgflow_gen.runtime.client",
     "Client": "pgflow_gen.runtime.client",
     "FlowNotFoundError": "pgflow_gen.runtime.client",
     "InvalidSignalPayloadError": "pgflow_gen.runtime.client",
@@ -102,6 +106,8 @@ _HOMES: dict[str, str] = {
 }
 
 __all__ = [
+    "AsyncClient",
+    "AsyncRun",
     "Client",
     "Context",
     "Flow",

@@ -87,7 +87,9 @@ def test_golden_builds_of_several_flows_pass_pyright_strict(case: Path, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["negative_signals.py", "negative_subflows.py"])
+@pytest.mark.parametrize(
+    "name", ["negative_signals.py", "negative_subflows.py", "negative_async_client.py"]
+)
 def test_pyright_finds_exactly_the_marked_mistakes_of_the_snippets(name: str) -> None:
     [(example, snippets)] = [(e, n) for e, n in NEGATIVE.items() if n.name == name]
     copy = example / "app" / snippets.name

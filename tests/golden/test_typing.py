@@ -30,6 +30,7 @@ NEGATIVE = {
     NEGATIVE_EXAMPLE: ROOT / "tests" / "typing" / "negative_handlers.py",
     ROOT / "examples" / "human_approval": ROOT / "tests" / "typing" / "negative_signals.py",
     ROOT / "examples" / "subflows": ROOT / "tests" / "typing" / "negative_subflows.py",
+    ROOT / "examples" / "plain_flow": ROOT / "tests" / "typing" / "negative_async_client.py",
 }
 
 

@@ -165,5 +165,7 @@ def test_each_operator_action_is_written_once() -> None:
         for name in ACTIONS
     }
     assert senders == {name: [str(operations.relative_to(PACKAGE))] for name in ACTIONS}
-    for caller in ("runtime/client/client.py", "cli/connecting.py", "dashboard/actions.py"):
+    for caller in ("cli/connecting.py", "dashboard/actions.py"):
         assert "operations.perform" in (PACKAGE / caller).read_text(), caller
+    for caller in ("runtime/client/client.py", "runtime/client/async_client.py"):
+        assert "operations.as_call" in (PACKAGE / caller).read_text(), caller

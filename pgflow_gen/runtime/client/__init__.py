@@ -9,10 +9,16 @@ A Client keeps a small pool of connections (psycopg_pool) for its short calls, o
 need them; `Run.wait` listens on a connection of its own. `close()` (or `with Client() as
 client:`) releases them at once; otherwise they go when the Client is garbage collected.
 
-Four modules: `client` (the Client and its pool), `models` (what its calls return),
-`operations` (the operator's actions, which the CLI and the dashboard perform too) and
-`run_inputs` (checking an input before it is written). Its typed errors, and the translation of
-what the engine refused into them, are the engine gateway's (`pgflow_gen.engine.refusals`).
+`AsyncClient` is the same API for asyncio: `await client.start_flow(...)`, `await run.wait()`.
+Each call is written once, as a generator of statements (`calls`), and both clients drive it.
+
+The modules: `client` and `async_client` (the two clients and their pools), `connections` (the
+pools' settings, and the checks on an application's connection a start joins), `calls` (a call
+and its two drivers), `run_calls` (starting and reading runs), `operations` (the operator's
+actions, which the CLI and the dashboard perform too), `runs` (`Run` and `AsyncRun`), `models`
+(what calls return) and `run_inputs` (checking an input before it is written). Its typed errors,
+and the translation of what the engine refused into them, are the engine gateway's
+(`pgflow_gen.engine.refusals`).
 """
 
 from __future__ import annotations
@@ -31,18 +37,14 @@ from pgflow_gen.engine.refusals import (
     engine_error,
     signal_error,
 )
-from pgflow_gen.runtime.client.client import (
-    POOL_IDLE_S,
-    POOL_SIZE,
-    POOL_WAIT_S,
-    Client,
-    read_failure,
-)
+from pgflow_gen.runtime.client.async_client import AsyncClient
+from pgflow_gen.runtime.client.client import Client
+from pgflow_gen.runtime.client.connections import POOL_IDLE_S, POOL_SIZE, POOL_WAIT_S
 from pgflow_gen.runtime.client.models import (
     CONCURRENCY_FIELDS,
     NO_STEP_LIMITS,
     RetriedRun,
-    Run,
+    RunRecord,
     RunStatus,
     SentSignal,
     StepFailure,
@@ -57,6 +59,7 @@ from pgflow_gen.runtime.client.models import (
     with_concurrency,
 )
 from pgflow_gen.runtime.client.run_inputs import validate_input
+from pgflow_gen.runtime.client.runs import AsyncRun, Run
 
 __all__ = [
     "CONCURRENCY_FIELDS",
@@ -64,6 +67,8 @@ __all__ = [
     "POOL_IDLE_S",
     "POOL_SIZE",
     "POOL_WAIT_S",
+    "AsyncClient",
+    "AsyncRun",
     "Client",
     "FlowNotFoundError",
     "InvalidSignalPayloadError",
@@ -75,6 +80,7 @@ __all__ = [
     "RunNotFailedError",
     "RunNotForkableError",
     "RunNotFoundError",
+    "RunRecord",
     "RunStatus",
     "SentSignal",
     "SignalRefusedError",
@@ -88,7 +94,6 @@ __all__ = [
     "limits_in_words",
     "override_in_words",
     "overrides_spec",
-    "read_failure",
     "signal_error",
     "spec_limits_in_words",
     "validate_input",

@@ -14,34 +14,25 @@ from typing import Any, TypeVar, overload
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import class_row, dict_row
-from psycopg.types.json import Jsonb
 
-from pgflow_gen.engine import client_statements, statements, support, worker_statements
-from pgflow_gen.engine.refusals import RunNotFoundError, engine_error
-from pgflow_gen.runtime import database, errors, tracing
-from pgflow_gen.runtime.client import operations, run_inputs
-from pgflow_gen.runtime.client.models import (
-    Run,
-    SentSignal,
-    StepFailure,
-    StepLimits,
-    StepPause,
-)
-from pgflow_gen.runtime.errors import InvalidRunInputError
+from pgflow_gen import errors
+from pgflow_gen.engine import support
+from pgflow_gen.runtime import database, tracing
+from pgflow_gen.runtime.client import calls, connections, operations, run_calls
+from pgflow_gen.runtime.client.calls import Call, Row
+from pgflow_gen.runtime.client.connections import POOL_IDLE_S, POOL_SIZE, POOL_WAIT_S
+from pgflow_gen.runtime.client.models import SentSignal, StepLimits, StepPause
+from pgflow_gen.runtime.client.run_calls import AnyFlow
+from pgflow_gen.runtime.client.runs import Run
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
+
+__all__ = ["POOL_IDLE_S", "POOL_SIZE", "POOL_WAIT_S", "Client"]
 
 StepSlugT = TypeVar("StepSlugT", bound=str)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 PayloadT = TypeVar("PayloadT")
-
-
-#: Connections a Client keeps at most (opened as calls need them, closed after POOL_IDLE_S idle).
-POOL_SIZE = 4
-POOL_IDLE_S = 300.0
-#: How long a call waits for a pooled connection (the database restarting, every one in use).
-POOL_WAIT_S = 10.0
+T = TypeVar("T")
 
 
 class Client:
@@ -51,10 +42,7 @@ class Client:
     """
 
     def __init__(self, database_url: str | None = None, *, pool_size: int = POOL_SIZE) -> None:
-        if pool_size < 1:
-            raise errors.ConfigError(
-                f"Invalid pool_size={pool_size!r}.", hint="pool_size must be at least 1."
-            )
+        connections.check_pool_size(pool_size)
         self._database_url = database_url
         self._pool_size = pool_size
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
@@ -73,16 +61,10 @@ class Client:
         try:
             return psycopg.connect(self.url, autocommit=True)
         except psycopg.Error as exc:
-            problem = database.config_problem(exc)
-            if problem is not None:
-                raise problem from None
-            if not isinstance(exc, psycopg.OperationalError):
+            failed = connections.connect_failed(exc)
+            if failed is exc:
                 raise
-            raise errors.DatabaseError(
-                "Cannot connect to the database.",
-                detail=str(exc).strip(),
-                hint="Check PGFLOW_DATABASE_URL (or DATABASE_URL) and that PostgreSQL is up.",
-            ) from exc
+            raise failed from (None if isinstance(failed, errors.ConfigError) else exc)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -93,11 +75,7 @@ class Client:
             with pool.connection(timeout=POOL_WAIT_S) as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
-            raise errors.DatabaseError(
-                "Cannot connect to the database.",
-                detail=f"No connection within {POOL_WAIT_S:g} s: {exc}",
-                hint="Check that PostgreSQL is up; the client connects again once it is.",
-            ) from exc
+            raise connections.pool_timed_out(exc) from exc
 
     def close(self) -> None:
         """Close the pooled connections now. A later call opens new ones."""
@@ -132,8 +110,7 @@ class Client:
                     min_size=0,
                     max_size=self._pool_size,
                     max_idle=POOL_IDLE_S,
-                    # Unprepared, as a connection per call was: safe behind any PgBouncer.
-                    kwargs={"autocommit": True, "prepare_threshold": None},
+                    kwargs=connections.CONNECTION_KWARGS,
                     check=psycopg_pool.ConnectionPool.check_connection,
                     name="pgflow-gen client",
                     num_workers=1,
@@ -153,6 +130,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -163,6 +141,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> Run[OutputT]: ...
 
     @overload
@@ -173,15 +152,17 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> Run[Any]: ...
 
     def start_flow(
         self,
-        flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any] | str,
+        flow: AnyFlow | str,
         input: Any,
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> Run[Any]:
         """Validate `input` against the flow's input type, then start a run of it.
 
@@ -193,32 +174,16 @@ class Client:
         as it is (whatever its input and status) and nothing starts, also when several callers
         race; its `run_id` then differs from one passed here. A key lives as long as its run.
 
+        With `connection` (the application's open psycopg connection), the run starts inside
+        that connection's transaction: it starts when the application commits, and a rollback
+        leaves nothing, no run, no task, no key taken (docs/starting-runs.md).
+
         Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
-        compiled in the database, DatabaseError for anything else the database refuses.
+        compiled in the database, UsageError when `connection` has no transaction to join,
+        DatabaseError for anything else the database refuses.
         """
-        if not isinstance(flow, str):
-            run_inputs.validate_input(
-                flow.flow if isinstance(flow, StepQueuedFlow) else flow, input
-            )
-        slug = flow if isinstance(flow, str) else flow.slug
-        with self.connection() as conn, _traced(conn):
-            if isinstance(flow, str):
-                run_inputs.check_against_compiled_schema(conn, slug, input)
-            try:
-                if idempotency_key is None:
-                    row = conn.execute(
-                        client_statements.START_FLOW, (slug, Jsonb(input), run_id)
-                    ).fetchone()
-                else:
-                    row = conn.execute(
-                        client_statements.START_FLOW_WITH_KEY,
-                        (slug, Jsonb(input), run_id, idempotency_key),
-                    ).fetchone()
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
-            if row is None:
-                raise errors.DatabaseError(f'pgflow.start_flow returned no run for "{slug}".')
-            return self.read_run(conn, row[0])
+        call = run_calls.start_flow(flow, input, run_id, idempotency_key)
+        return self._run(self._start(call, connection))
 
     @overload
     def start_flows(
@@ -227,6 +192,7 @@ class Client:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[OutputT]]: ...
 
     @overload
@@ -236,14 +202,16 @@ class Client:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[OutputT]]: ...
 
     def start_flows(
         self,
-        flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any],
+        flow: AnyFlow,
         inputs: Sequence[Any],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[Any]]:
         """Validate every input against the flow's input type, then start a run of the flow
         for each, in one call and one transaction (engine 0014): many times faster than
@@ -251,52 +219,20 @@ class Client:
 
         With `idempotency_keys` (one per input; None for none), an input whose key a run of
         this flow already has returns that run as it is and starts nothing, so a batch sent
-        again after a failure starts only what is missing.
+        again after a failure starts only what is missing. With `connection`, the runs start
+        inside its transaction, as `start_flow`'s.
 
             runs = client.start_flows(FLOW, [{"name": "Ada"}, {"name": "Grace"}])
 
         Raises InvalidRunInputError naming the first bad input's position from 1 (nothing
         written), ValueError when the keys do not pair with the inputs, FlowNotFoundError when
-        the flow is not compiled in the database, DatabaseError for anything else the database
-        refuses.
+        the flow is not compiled in the database, UsageError when `connection` has no
+        transaction to join, DatabaseError for anything else the database refuses.
         """
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        if idempotency_keys is not None and len(idempotency_keys) != len(inputs):
-            raise ValueError(
-                f"{len(idempotency_keys)} idempotency keys for {len(inputs)} inputs; pass one"
-                " per input (None for none)."
-            )
-        for position, value in enumerate(inputs, start=1):
-            try:
-                run_inputs.validate_input(plain, value)
-            except InvalidRunInputError as exc:
-                raise InvalidRunInputError(
-                    f"Input {position} of {len(inputs)}: {exc.message}",
-                    detail=exc.detail,
-                    hint=exc.hint,
-                ) from None
+        call = run_calls.start_flows(flow, inputs, idempotency_keys)
         if not inputs:
             return []
-        keys = None if idempotency_keys is None else list(idempotency_keys)
-        with self.connection() as conn, _traced(conn):
-            try:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    rows = cur.execute(
-                        client_statements.START_FLOWS,
-                        (plain.slug, [Jsonb(i) for i in inputs], keys),
-                    ).fetchall()
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
-            return [
-                Run(
-                    **row,
-                    client=self,
-                    failure=read_failure(conn, row["run_id"])
-                    if row["status"] == "failed"
-                    else None,
-                )
-                for row in rows
-            ]
+        return [self._run(row) for row in self._start(call, connection)]
 
     def cancel_run(self, run_id: uuid.UUID, reason: str | None = None) -> Run[Any]:
         """Cancel a started run and return it (status `cancelled`): its queued tasks never
@@ -306,9 +242,7 @@ class Client:
         Raises RunNotFoundError, RunFinishedError when it is not started (nothing changed),
         DatabaseError for anything else the database refuses.
         """
-        with self.connection() as conn:
-            operations.perform(conn, operations.cancel_run(run_id, reason))
-            return self.read_run(conn, run_id)
+        return self._act_on_run(operations.cancel_run(run_id, reason), run_id)
 
     def retry_run(self, run_id: uuid.UUID) -> Run[Any]:
         """Retry a failed run from where it failed and return it (status `started`): its failed
@@ -319,9 +253,7 @@ class Client:
         Raises RunNotFoundError, RunNotFailedError when it is not failed or its flow has changed
         since (nothing changed), DatabaseError for anything else the database refuses.
         """
-        with self.connection() as conn:
-            operations.perform(conn, operations.retry_run(run_id))
-            return self.read_run(conn, run_id)
+        return self._act_on_run(operations.retry_run(run_id), run_id)
 
     def fork_run(self, run_id: uuid.UUID, from_step: str) -> Run[Any]:
         """Start a new run of the run's flow with the same input, from `from_step`, and return
@@ -334,9 +266,7 @@ class Client:
         not end well or the flow has changed since the run started (nothing was started),
         DatabaseError for anything else the database refuses.
         """
-        with self.connection() as conn:
-            forked = operations.perform(conn, operations.fork_run(run_id, from_step))
-            return self.read_run(conn, forked.run_id)
+        return self._act_on_run(operations.fork_run(run_id, from_step), None)
 
     @overload
     def send_signal(
@@ -358,9 +288,7 @@ class Client:
         has its signal already); nothing changed then.
         """
         step_slug = signal if isinstance(signal, str) else signal.step_slug
-        action = operations.send_signal(run_id, step_slug, payload)
-        with self.connection() as conn:
-            return operations.perform(conn, action)
+        return self._call(operations.as_call(operations.send_signal(run_id, step_slug, payload)))
 
     def pause_step(
         self,
@@ -375,9 +303,8 @@ class Client:
         Raises FlowNotFoundError or StepNotFoundError, DatabaseError for anything else the
         database refuses.
         """
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        with self.connection() as conn:
-            return operations.perform(conn, operations.pause_step(plain.slug, step_slug, reason))
+        action = operations.pause_step(run_calls.flow_slug(flow), step_slug, reason)
+        return self._call(operations.as_call(action))
 
     def resume_step(
         self,
@@ -387,9 +314,9 @@ class Client:
         """Resume a paused step: the messages its claims held are visible again at once, and
         its tasks start as workers claim them. Returns how many were held (0 for a step that
         was not paused). Raises as `pause_step` does."""
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        with self.connection() as conn:
-            return operations.perform(conn, operations.resume_step(plain.slug, step_slug))
+        return self._call(
+            operations.as_call(operations.resume_step(run_calls.flow_slug(flow), step_slug))
+        )
 
     def set_step_limits(
         self,
@@ -409,14 +336,12 @@ class Client:
         Raises InvalidStepLimitsError (a value below 1, a rate without its period, a signal
         step), FlowNotFoundError or StepNotFoundError, DatabaseError for anything else.
         """
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
         action = operations.set_step_limits(
-            plain.slug, step_slug, max_in_flight, rate_limit, rate_period_s
+            run_calls.flow_slug(flow), step_slug, max_in_flight, rate_limit, rate_period_s
         )
-        with self.connection() as conn:
-            operations.perform(conn, action)
-            found = self._step_limits(conn, plain.slug)
-        return next((limits for limits in found if limits.step_slug == step_slug), None)
+        return self._call(
+            run_calls.set_limits(self._version, action, run_calls.flow_slug(flow), step_slug)
+        )
 
     def reset_step_limits(
         self,
@@ -426,58 +351,46 @@ class Client:
         """Give a step back the limits its flow's spec sets, removing an operator's (engine
         0023): the limits afterwards, None when the spec sets none. Raises FlowNotFoundError or
         StepNotFoundError, DatabaseError for anything else."""
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        with self.connection() as conn:
-            operations.perform(conn, operations.reset_step_limits(plain.slug, step_slug))
-            found = self._step_limits(conn, plain.slug)
-        return next((limits for limits in found if limits.step_slug == step_slug), None)
+        action = operations.reset_step_limits(run_calls.flow_slug(flow), step_slug)
+        return self._call(
+            run_calls.set_limits(self._version, action, run_calls.flow_slug(flow), step_slug)
+        )
 
-    def step_limits(
-        self, flow: Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any] | None = None
-    ) -> list[StepLimits]:
+    def step_limits(self, flow: AnyFlow | None = None) -> list[StepLimits]:
         """The limited steps (of `flow`, or of every flow) with their limits and use now."""
-        plain = flow.flow if isinstance(flow, StepQueuedFlow) else flow
-        with self.connection() as conn:
-            return self._step_limits(conn, None if plain is None else plain.slug)
-
-    def _step_limits(
-        self, conn: psycopg.Connection[Any], flow_slug: str | None
-    ) -> list[StepLimits]:
-        usage = statements.step_limit_usage(self._version)
-        with conn.cursor(row_factory=class_row(StepLimits)) as cur:
-            try:
-                return cur.execute(usage, (flow_slug,)).fetchall()
-            except psycopg.Error as exc:
-                raise engine_error(exc) from exc
+        flow_slug = None if flow is None else run_calls.flow_slug(flow)
+        return self._call(run_calls.step_limits(self._version, flow_slug))
 
     def get_run(self, run_id: uuid.UUID) -> Run[Any]:
-        with self.connection() as conn:
-            return self.read_run(conn, run_id)
+        return self._run(self._call(run_calls.read_run(run_id)))
 
     def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]:
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(client_statements.READ_RUN, (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFoundError(f"Run {run_id} does not exist.")
-        failure = read_failure(conn, run_id) if row["status"] == "failed" else None
-        return Run(**row, client=self, failure=failure)
+        """The run as `conn` sees it now (Run.wait reads it on its listening connection)."""
+        return self._run(calls.run(conn, run_calls.read_run(run_id)))
 
+    def _call(self, call: Call[T]) -> T:
+        with self.connection() as conn:
+            return calls.run(conn, call)
 
-@contextlib.contextmanager
-def _traced(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """While the caller is traced (runtime/tracing.py), its starts run in a transaction that
-    hands its trace context to the engine, so that the runs' tasks join its trace; otherwise
-    nothing changes (one statement, autocommit)."""
-    parent = tracing.traceparent()
-    if parent is None:
-        yield
-        return
-    with conn.transaction():
-        conn.execute(worker_statements.SET_TRACEPARENT, (parent,))
-        yield
+    def _start(self, call: Call[T], connection: psycopg.Connection[Any] | None) -> T:
+        """Run a start on a pooled connection, or inside `connection`'s transaction; with the
+        caller's trace context while it is traced."""
+        parent = tracing.traceparent()
+        if connection is not None:
+            connections.check_joinable(connection)
+            traced = run_calls.traced(call, parent, reset=True)
+            return calls.run(connection, traced, own_loaders=True)
+        with self.connection() as conn:
+            traced = run_calls.traced(call, parent, reset=False)
+            return calls.run(conn, traced, transaction=parent is not None)
 
+    def _act_on_run(self, action: operations.Action[Any], run_id: uuid.UUID | None) -> Run[Any]:
+        """Perform an action on a run and read the run back (`run_id` None: the run the action
+        names in its result, as a fork's new run)."""
+        with self.connection() as conn:
+            done = calls.run(conn, operations.as_call(action))
+            row = calls.run(conn, run_calls.read_run(run_id or done.run_id))
+        return self._run(row)
 
-def read_failure(conn: psycopg.Connection[Any], run_id: uuid.UUID) -> StepFailure | None:
-    """The first failed step of a run, with its failed task's attempts and error."""
-    with conn.cursor(row_factory=class_row(StepFailure)) as cur:
-        return cur.execute(client_statements.READ_FAILURE, (run_id,)).fetchone()
+    def _run(self, row: Row) -> Run[Any]:
+        return Run(**row, client=self)

@@ -1,31 +1,16 @@
-"""What client calls return: runs, their failures, waiting signals and unserved steps, step
-pauses and limits (with the limits in words, as `limits` and `status` print them)."""
+"""What client calls return: runs' records, their failures, waiting signals and unserved steps,
+step pauses and limits (with the limits in words, as `limits` and `status` print them)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Literal, Protocol, TypeVar
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Literal, TypeVar
 
-import psycopg
-from psycopg.rows import class_row
-
-from pgflow_gen.engine import client_statements, statements
 from pgflow_gen.words import counted
-
-
-class RunSource(Protocol):
-    """What a Run reads itself again with: the Client that made it."""
-
-    def connect(self) -> psycopg.Connection[Any]: ...
-    def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
-    def read_run(self, conn: psycopg.Connection[Any], run_id: uuid.UUID) -> Run[Any]: ...
-
 
 OutputT = TypeVar("OutputT")
 
@@ -254,8 +239,9 @@ class UnservedStep:
 
 
 @dataclass(frozen=True)
-class Run(Generic[OutputT]):
-    """A run as last read from the database; `wait()` returns a fresher one."""
+class RunRecord(Generic[OutputT]):
+    """A run as last read from the database: what `Run` (from `Client`) and `AsyncRun` (from
+    `AsyncClient`) both hold."""
 
     run_id: uuid.UUID
     flow_slug: str
@@ -265,7 +251,6 @@ class Run(Generic[OutputT]):
     started_at: datetime.datetime
     completed_at: datetime.datetime | None
     failed_at: datetime.datetime | None
-    client: RunSource = field(repr=False, compare=False)
     #: For a cancelled run: when, and the reason given (None when none was).
     cancelled_at: datetime.datetime | None = None
     cancel_reason: str | None = None
@@ -280,57 +265,3 @@ class Run(Generic[OutputT]):
     @property
     def finished(self) -> bool:
         return self.status != "started"
-
-    def wait(
-        self, timeout: float = 60.0, *, every_second: Callable[[], None] | None = None
-    ) -> Run[OutputT]:
-        """Block until the run completes, fails or is cancelled, woken by the engine's
-        notifications, and return it; a failed run's `failure` says which step failed, its
-        attempts and its error, a cancelled one's `cancel_reason` why.
-
-        With `every_second`, it is also called (and the run read again) once a second while the
-        run goes on: a progress display, or a fallback where notifications do not arrive.
-        Raises TimeoutError when it is still running after `timeout` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        with self.client.connect() as conn:
-            conn.execute(statements.listen(f"pgflow_run_{self.run_id.hex}"))
-            while True:
-                # Read after LISTEN and after every event, so no transition slips in between.
-                current: Run[OutputT] = self.client.read_run(conn, self.run_id)
-                if current.finished:
-                    return current
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"Run {self.run_id} is still running after {timeout} s.")
-                if every_second is not None:
-                    every_second()
-                    remaining = min(remaining, 1.0)
-                for _event in conn.notifies(timeout=remaining, stop_after=1):
-                    pass
-
-    def waiting_signals(
-        self, *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[WaitingSignal]:
-        """The signal steps of this run that wait for their signal now, in step order (the run
-        goes on at each once `Client.send_signal` gives it its payload)."""
-        if conn is None:
-            with self.client.connection() as pooled:
-                return self.waiting_signals(conn=pooled)
-        with conn.cursor(row_factory=class_row(WaitingSignal)) as cur:
-            return cur.execute(client_statements.WAITING_SIGNALS, (self.run_id,)).fetchall()
-
-    def unserved_steps(
-        self, freshness: float | None = None, *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[UnservedStep]:
-        """The steps of this run whose tasks are queued while no live worker (a heartbeat within
-        `freshness` seconds; default: the engine's liveness rule, 15 s) serves their queue: the
-        run cannot go on until one starts. A caller that asks repeatedly passes its own
-        connection."""
-        if conn is None:
-            with self.client.connection() as pooled:
-                return self.unserved_steps(freshness, conn=pooled)
-        with conn.cursor(row_factory=class_row(UnservedStep)) as cur:
-            return cur.execute(
-                client_statements.UNSERVED_STEPS, (freshness, self.run_id)
-            ).fetchall()

@@ -12,6 +12,7 @@ build their actions here, so what an action sends, returns and raises is the sam
 With a `label` an action runs in a transaction of its own that first tells the engine who acts
 (`pgflow-gen (user@host)`, `dashboard (address)`): the engine records it beside the login role in
 `pgflow.operator_actions`. Without one it runs as one statement on the caller's connection.
+Both go through the clients' drivers (`calls.py`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, LiteralString, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgflow_gen.engine import client_statements, refusals
 from pgflow_gen.errors import DatabaseError, PgflowError
+from pgflow_gen.runtime.client import calls
 from pgflow_gen.runtime.client.models import ForkedRun, RetriedRun, SentSignal, StepPause
 
 T = TypeVar("T")
-Row = dict[str, Any]
+Row = calls.Row
 
 
 @dataclass(frozen=True)
@@ -47,34 +48,23 @@ class Action(Generic[T]):
 
 def perform(conn: psycopg.Connection[Any], action: Action[T], *, label: str | None = None) -> T:
     """Run `action` on `conn`; raise its typed error when the engine refuses it."""
-    try:
-        with conn.cursor(row_factory=dict_row) as cur:
-            if label is None:
-                row = cur.execute(action.query, action.params).fetchone()
-            else:
-                with conn.transaction():
-                    cur.execute(client_statements.SET_ACTION_LABEL, (label,))
-                    row = cur.execute(action.query, action.params).fetchone()
-    except psycopg.Error as exc:
-        raise action.refusal(exc) from exc
-    return action.read(row)
+    return calls.run(conn, as_call(action, label), transaction=label is not None)
 
 
 async def perform_async(
     conn: psycopg.AsyncConnection[Any], action: Action[T], *, label: str | None = None
 ) -> T:
     """`perform` on an async connection."""
-    try:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            if label is None:
-                row = await (await cur.execute(action.query, action.params)).fetchone()
-            else:
-                async with conn.transaction():
-                    await cur.execute(client_statements.SET_ACTION_LABEL, (label,))
-                    row = await (await cur.execute(action.query, action.params)).fetchone()
-    except psycopg.Error as exc:
-        raise action.refusal(exc) from exc
-    return action.read(row)
+    return await calls.run_async(conn, as_call(action, label), transaction=label is not None)
+
+
+def as_call(action: Action[T], label: str | None = None) -> calls.Call[T]:
+    """`action` as a client call (`calls.py`); with a `label`, told to the engine first (the
+    driver runs it in a transaction, as the label lasts to its end)."""
+    if label is not None:
+        yield calls.Query(client_statements.SET_ACTION_LABEL, (label,))
+    rows = yield calls.Query(action.query, action.params, action.refusal)
+    return action.read(rows[0] if rows else None)
 
 
 def cancel_run(run_id: uuid.UUID, reason: str | None = None) -> Action[uuid.UUID]:

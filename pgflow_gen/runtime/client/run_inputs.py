@@ -1,6 +1,7 @@
 """A run's input, checked before anything is written: against a generated flow's input JSON
 Schema and `Input` type, or, for a flow started by its slug, against the schema it was compiled
-with. Problems name the JSON path of the offending value (`runtime/inputs.py`)."""
+with (`run_calls.start_flow` reads it). Problems name the JSON path of the offending value
+(`runtime/inputs.py`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,9 @@ import functools
 import json
 from typing import Any
 
-import psycopg
 import pydantic
-from psycopg.rows import tuple_row
 
 from pgflow_gen import shape as shapes
-from pgflow_gen.engine import statements
 from pgflow_gen.runtime import inputs
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow
@@ -23,7 +21,7 @@ def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:
     """Raise InvalidRunInputError, naming the offending value's JSON path, unless `value` fits
     the flow: JSON, then its input JSON Schema (as `pgflow-gen start` checks it), then its
     `Input` type (pydantic, strict)."""
-    _require_json(flow.slug, value)
+    require_json(flow.slug, value)
     if flow.input_schema is not None:
         inputs.check(flow.slug, shapes.plain(flow.input_schema), value)
     if flow.input_type is None:
@@ -39,17 +37,8 @@ def validate_input(flow: Flow[Any, Any, Any], value: Any) -> None:
         ) from exc
 
 
-def check_against_compiled_schema(conn: psycopg.Connection[Any], slug: str, value: Any) -> None:
-    """Raise InvalidRunInputError unless `value` is JSON that fits the input schema flow `slug`
-    was compiled with (a flow compiled without one, or not at all, is left to the engine)."""
-    _require_json(slug, value)
-    with conn.cursor(row_factory=tuple_row) as cursor:
-        row = cursor.execute(statements.FLOW_INPUT_SCHEMA, (slug,)).fetchone()
-    if row is not None and row[0] is not None:
-        inputs.check(slug, row[0], value)
-
-
-def _require_json(slug: str, value: Any) -> None:
+def require_json(slug: str, value: Any) -> None:
+    """Raise InvalidRunInputError unless `value` is JSON (the engine checks a slug's schema)."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -1,0 +1,163 @@
+"""The clients' calls (`calls.py`), each written once: starting runs, reading a run back with its
+failure, what a run waits on, and steps' limits. `Client` and `AsyncClient` drive them.
+
+A start's input is checked when the call is made, before any connection is taken: a bad input
+raises InvalidRunInputError and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from pgflow_gen.engine import client_statements, statements, worker_statements
+from pgflow_gen.engine.refusals import RunNotFoundError
+from pgflow_gen.errors import DatabaseError
+from pgflow_gen.runtime import inputs
+from pgflow_gen.runtime.client import run_inputs
+from pgflow_gen.runtime.client.calls import Call, Query, Row
+from pgflow_gen.runtime.client.models import StepFailure, StepLimits, UnservedStep, WaitingSignal
+from pgflow_gen.runtime.client.operations import Action, as_call
+from pgflow_gen.runtime.errors import InvalidRunInputError
+from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
+
+T = TypeVar("T")
+AnyFlow = Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any]
+
+
+def start_flow(
+    flow: AnyFlow | str, input: Any, run_id: uuid.UUID | None, idempotency_key: str | None
+) -> Call[Row]:
+    """Start a run of `flow` (checked against its input type, or for a slug against the schema
+    it was compiled with); the run's row as `read_run` returns it."""
+    if isinstance(flow, str):
+        run_inputs.require_json(flow, input)
+        return _start_flow(flow, input, run_id, idempotency_key, check_compiled=True)
+    run_inputs.validate_input(_plain(flow), input)
+    return _start_flow(flow.slug, input, run_id, idempotency_key, check_compiled=False)
+
+
+def _start_flow(
+    slug: str,
+    input: Any,
+    run_id: uuid.UUID | None,
+    idempotency_key: str | None,
+    *,
+    check_compiled: bool,
+) -> Call[Row]:
+    if check_compiled:
+        found = yield Query(statements.FLOW_INPUT_SCHEMA, (slug,))
+        if found and found[0]["schema"] is not None:
+            inputs.check(slug, found[0]["schema"], input)
+    if idempotency_key is None:
+        rows = yield Query(client_statements.START_FLOW, (slug, Jsonb(input), run_id))
+    else:
+        rows = yield Query(
+            client_statements.START_FLOW_WITH_KEY, (slug, Jsonb(input), run_id, idempotency_key)
+        )
+    if not rows:
+        raise DatabaseError(f'pgflow.start_flow returned no run for "{slug}".')
+    return (yield from read_run(rows[0]["run_id"]))
+
+
+def start_flows(
+    flow: AnyFlow, inputs_: Sequence[Any], idempotency_keys: Sequence[str | None] | None
+) -> Call[list[Row]]:
+    """Start a run of `flow` for each input in one statement; the runs' rows in input order.
+    Raises at once InvalidRunInputError naming the first bad input's position from 1, ValueError
+    when the keys do not pair with the inputs."""
+    plain = _plain(flow)
+    if idempotency_keys is not None and len(idempotency_keys) != len(inputs_):
+        raise ValueError(
+            f"{len(idempotency_keys)} idempotency keys for {len(inputs_)} inputs; pass one"
+            " per input (None for none)."
+        )
+    for position, value in enumerate(inputs_, start=1):
+        try:
+            run_inputs.validate_input(plain, value)
+        except InvalidRunInputError as exc:
+            raise InvalidRunInputError(
+                f"Input {position} of {len(inputs_)}: {exc.message}",
+                detail=exc.detail,
+                hint=exc.hint,
+            ) from None
+    keys = None if idempotency_keys is None else list(idempotency_keys)
+    return _start_flows(plain.slug, [Jsonb(value) for value in inputs_], keys)
+
+
+def _start_flows(slug: str, inputs_: list[Jsonb], keys: list[str | None] | None) -> Call[list[Row]]:
+    if not inputs_:
+        return []
+    rows = yield Query(client_statements.START_FLOWS, (slug, inputs_, keys))
+    for row in rows:
+        row["failure"] = (yield from _failure(row["run_id"])) if row["status"] == "failed" else None
+    return rows
+
+
+def read_run(run_id: uuid.UUID) -> Call[Row]:
+    """A run's row, as `Run` takes it, with `failure` (its first failed step) when it failed.
+    RunNotFoundError when there is no such run."""
+    rows = yield Query(client_statements.READ_RUN, (run_id,))
+    if not rows:
+        raise RunNotFoundError(f"Run {run_id} does not exist.")
+    row = rows[0]
+    row["failure"] = (yield from _failure(run_id)) if row["status"] == "failed" else None
+    return row
+
+
+def _failure(run_id: uuid.UUID) -> Call[StepFailure | None]:
+    rows = yield Query(client_statements.READ_FAILURE, (run_id,))
+    return StepFailure(**rows[0]) if rows else None
+
+
+def traced(call: Call[T], parent: str | None, *, reset: bool) -> Call[T]:
+    """`call` with the caller's trace context handed to the engine (its runs' tasks join the
+    caller's trace; runtime/tracing.py). The setting lasts to the end of the transaction, so
+    the driver runs this in a transaction; `reset` clears it again after the call, for the
+    caller's own transaction, whose later statements are not ours."""
+    if parent is None:
+        return (yield from call)
+    yield Query(worker_statements.SET_TRACEPARENT, (parent,))
+    result = yield from call
+    if reset:
+        yield Query(worker_statements.SET_TRACEPARENT, ("",))
+    return result
+
+
+def step_limits(version: str, flow_slug: str | None) -> Call[list[StepLimits]]:
+    """The limited steps (of `flow_slug`, or of every flow) with their limits and use now."""
+    rows = yield Query(statements.step_limit_usage(version), (flow_slug,))
+    return [StepLimits(**row) for row in rows]
+
+
+def set_limits(
+    version: str, action: Action[Any], flow_slug: str, step_slug: str
+) -> Call[StepLimits | None]:
+    """Set or reset a step's limits (`action`); the step's limits afterwards, None when it has
+    none."""
+    yield from as_call(action)
+    found = yield from step_limits(version, flow_slug)
+    return next((limits for limits in found if limits.step_slug == step_slug), None)
+
+
+def waiting_signals(run_id: uuid.UUID) -> Call[list[WaitingSignal]]:
+    """The signal steps of a run that wait for their signal now, in step order."""
+    rows = yield Query(client_statements.WAITING_SIGNALS, (run_id,))
+    return [WaitingSignal(**row) for row in rows]
+
+
+def unserved_steps(run_id: uuid.UUID, freshness: float | None) -> Call[list[UnservedStep]]:
+    """The steps of a run whose tasks are queued while no live worker serves their queue."""
+    rows = yield Query(client_statements.UNSERVED_STEPS, (freshness, run_id))
+    return [UnservedStep(**row) for row in rows]
+
+
+def flow_slug(flow: AnyFlow) -> str:
+    return _plain(flow).slug
+
+
+def _plain(flow: AnyFlow) -> Flow[Any, Any, Any]:
+    return flow.flow if isinstance(flow, StepQueuedFlow) else flow
