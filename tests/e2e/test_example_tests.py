@@ -37,7 +37,9 @@ def test_the_examples_own_tests_pass(example: Path, admin_url: str) -> None:
     assert "failed" not in result.stdout
 
 
-@pytest.mark.parametrize(("guide", "files"), [("testing.md", 2), ("workers.md", 1)])
+@pytest.mark.parametrize(
+    ("guide", "files"), [("testing.md", 2), ("workers.md", 1), ("starting-runs.md", 2)]
+)
 def test_the_guides_show_the_example_files_as_they_are(guide: str, files: int) -> None:
     text = (ROOT / "docs" / guide).read_text()
     shown = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", text, re.DOTALL)
