@@ -7,6 +7,7 @@ They work for any compiled flow without its Python module.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -18,6 +19,7 @@ from pgflow_gen.cli.output import cell, print_json, table
 from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
+from pgflow_gen.runtime.client import calls, run_calls
 from pgflow_gen.words import counted
 
 #: The most characters of an error a table cell shows (`status` prints the whole error below).
@@ -71,6 +73,12 @@ def register(commands: cli_parser.Commands) -> None:
         help="only the subflow runs this run started (its id, or 8+ characters of it)",
     )
     runs.add_argument("--limit", type=int, default=20, help="most runs listed")
+    runs.add_argument(
+        "--pending",
+        action="store_true",
+        help="list the debounced starts whose runs have not started yet instead, the soonest"
+        " first (engine 0030)",
+    )
     runs.set_defaults(handler=_runs)
 
     flows = commands.add(
@@ -271,6 +279,8 @@ def _first_line(text: str | None, limit: int | None = None) -> str | None:
 def _runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1.")
+    if args.pending:
+        return _pending(args)
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             existing.require_flow(conn, args.flow_slug)
@@ -298,6 +308,37 @@ def _runs(args: argparse.Namespace) -> int:
             for r in rows
         ],
         ["run", "flow", "status", "started", "ended", "failed step", "error or reason"],
+        sys.stdout,
+    )  # fmt: skip
+    return EXIT_OK
+
+
+def _pending(args: argparse.Namespace) -> int:
+    if args.status is not None or args.parent is not None:
+        raise UsageError(
+            "--pending lists starts, not runs: it takes no --status or --parent.",
+            hint="pgflow-gen runs --pending [--flow SLUG] [--limit N]",
+        )
+    with connecting.connect(args) as conn:
+        version = support.version(conn)
+        if not statements.has_debounce(version):
+            raise UsageError(
+                f"The engine is at migration {version}; debounced starts need migration 0030.",
+                hint=support.MIGRATE_HINT,
+            )
+        if args.flow_slug is not None:
+            existing.require_flow(conn, args.flow_slug)
+        pending = calls.run(conn, run_calls.pending_starts(args.flow_slug))[: args.limit]
+    if args.format == "json":
+        print_json({"pending": [dataclasses.asdict(p) for p in pending]})
+        return EXIT_OK
+    table(
+        [
+            (p.flow_slug, p.debounce_key, p.starts, p.first_at, p.last_at, p.start_at,
+             p.deadline_at)
+            for p in pending
+        ],
+        ["flow", "debounce key", "starts", "first", "last", "run starts", "deadline"],
         sys.stdout,
     )  # fmt: skip
     return EXIT_OK

@@ -10,14 +10,15 @@ import base64
 import binascii
 import datetime
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, LiteralString
 
 import psycopg
 
 from pgflow_gen import run_ids
 from pgflow_gen.engine import dashboard_statements, statements, support
-from pgflow_gen.runtime.client import limits_in_words, with_concurrency
+from pgflow_gen.runtime.client import calls, limits_in_words, run_calls, with_concurrency
+from pgflow_gen.runtime.client.models import PendingStart
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -205,6 +206,8 @@ class RunsPage:
     flows: list[str]
     older: str | None  # the cursor of the next page (older runs), if there is one
     newer: str | None  # the cursor of the page before (newer runs), if there is one
+    #: The debounced starts waiting for their runs (engine 0030), on the first page only.
+    pending: list[PendingStart] = field(default_factory=list)
 
 
 def cursor(row: RunRow) -> str:
@@ -263,7 +266,15 @@ async def runs_page(
     flows = [
         row["flow_slug"] for row in await (await conn.execute(statements.FLOW_SLUGS)).fetchall()
     ]
-    return RunsPage(rows=rows, filter=run_filter, flows=flows, older=older, newer=newer)
+    first = older_than is None and newer_than is None
+    pending = (
+        await calls.run_async(conn, run_calls.pending_starts(run_filter.flow))
+        if first and statements.has_debounce(await support.version_async(conn))
+        else []
+    )
+    return RunsPage(
+        rows=rows, filter=run_filter, flows=flows, older=older, newer=newer, pending=pending
+    )
 
 
 # -- workers -------------------------------------------------------------------------------------

@@ -24,6 +24,18 @@ START_FLOWS: Final[LiteralString] = (
     " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
     " from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
 )
+#: (flow, input, key, period s, max wait s or NULL) -> the pending start of the key's burst, as
+#: `PendingStart` takes it (engine 0030).
+DEBOUNCE_START: Final[LiteralString] = (
+    "select flow_slug, debounce_key, input, starts, first_at, last_at, start_at, deadline_at"
+    " from pgflow.debounce_start(%s, %s, %s, %s::numeric, %s::numeric)"
+)
+#: (flow or NULL: every flow) -> the pending debounced starts, the soonest first (engine 0030).
+PENDING_STARTS: Final[LiteralString] = (
+    "select flow_slug, debounce_key, input, starts, first_at, last_at, start_at, deadline_at"
+    " from pgflow.debounced_starts where %s::text is null or flow_slug = %s::text"
+    " order by start_at, flow_slug, debounce_key"
+)
 #: (run id) -> the run's row, as `Run` takes it.
 READ_RUN: Final[LiteralString] = (
     "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"

@@ -44,6 +44,12 @@ _STEP_LIMIT_USAGE_BEFORE_0023: Final[LiteralString] = (
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 
 
+# -- debounced starts (engine 0030) -------------------------------------------------------------
+def has_debounce(version: str) -> bool:
+    """Whether an engine at `version` debounces starts (engine 0030): pgflow.debounce_start."""
+    return version >= "0030"
+
+
 # -- subflows (engine 0028) ----------------------------------------------------------------------
 def has_subflows(version: str) -> bool:
     """Whether an engine at `version` has subflows (engine 0028): runs with parents."""

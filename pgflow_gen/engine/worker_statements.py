@@ -132,6 +132,12 @@ RUN_TREE: Final[LiteralString] = (
 # -- schedules -----------------------------------------------------------------------------------
 #: One scheduler at a time per database: (namespace, key) -> whether this one was elected.
 ELECT_SCHEDULER: Final[LiteralString] = "select pg_try_advisory_xact_lock(%s, %s) as elected"
+#: () -> the debounced bursts that were due, each started: (flow, key, starts, run id) (0030).
+START_DEBOUNCED_RUNS: Final[LiteralString] = (
+    "select flow_slug, debounce_key, starts, run_id from pgflow.start_debounced_runs()"
+)
+#: () -> seconds until the earliest pending debounced start is due (NULL: none; engine 0030).
+DEBOUNCED_STARTS_DUE_IN: Final[LiteralString] = "select pgflow.debounced_starts_due_in()"
 #: The schedules as the engine lists them to workers (engine 0019: workers read no table).
 LIST_SCHEDULES: Final[LiteralString] = (
     "select flow_slug, name, cron, timezone, catch_up, last_slot_at, created_at, paused"

@@ -200,6 +200,24 @@ def test_the_runs_list_says_which_signal_a_run_waits_for_and_why_a_run_failed(
     assert "Traceback" not in row
 
 
+def test_the_first_runs_page_shows_the_debounced_starts_waiting_for_their_runs(
+    dashboard: Dashboard, db: Db
+) -> None:
+    define_showcase(db)
+    db.flow("digest", {"slug": "send"})
+    for _ in range(3):
+        db.conn.execute("select pgflow.debounce_start('digest', '{}', 'user-7', 600, 3600)")
+
+    page = dashboard.get("/runs")
+
+    assert "<h2>Pending starts</h2>" in page.body
+    row = _row(page.body, 'data-pending="user-7"')
+    assert "<td>digest</td>" in row
+    assert "<td>3</td>" in row
+    other_flow = dashboard.get(f"/runs?flow={SHOWCASE}")
+    assert "Pending starts" not in other_flow.body
+
+
 def test_runs_filter_by_status_and_find_a_run_by_its_first_characters(
     dashboard: Dashboard, db: Db
 ) -> None:

@@ -106,3 +106,12 @@ def test_the_cli_shows_runs_on_the_oldest_engine_of_the_window(
             assert [(r["run_id"], r["parent_run_id"]) for r in out["runs"]] == expected
         else:
             assert out["runs"] == 0
+    # What a later migration adds and the CLI cannot read around says so, in one line.
+    assert cli.main(["runs", "--pending", "--database-url", empty_db_url]) == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[0]
+        .endswith(
+            f"The engine is at migration {support.OLDEST}; debounced starts need migration 0030."
+        )
+    )

@@ -43,6 +43,7 @@ from pgflow_gen.runtime.client.connections import POOL_IDLE_S, POOL_SIZE, POOL_W
 from pgflow_gen.runtime.client.models import (
     CONCURRENCY_FIELDS,
     NO_STEP_LIMITS,
+    PendingStart,
     RetriedRun,
     RunRecord,
     RunStatus,
@@ -73,6 +74,7 @@ __all__ = [
     "FlowNotFoundError",
     "InvalidSignalPayloadError",
     "InvalidStepLimitsError",
+    "PendingStart",
     "RetriedRun",
     "Run",
     "RunExistsError",

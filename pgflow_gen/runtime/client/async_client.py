@@ -26,7 +26,7 @@ from pgflow_gen.runtime import database, tracing
 from pgflow_gen.runtime.client import calls, connections, operations, run_calls
 from pgflow_gen.runtime.client.calls import Call, Row
 from pgflow_gen.runtime.client.connections import POOL_IDLE_S, POOL_SIZE, POOL_WAIT_S
-from pgflow_gen.runtime.client.models import SentSignal, StepLimits, StepPause
+from pgflow_gen.runtime.client.models import PendingStart, SentSignal, StepLimits, StepPause
 from pgflow_gen.runtime.client.run_calls import AnyFlow
 from pgflow_gen.runtime.client.runs import AsyncRun
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
@@ -198,6 +198,46 @@ class AsyncClient:
         if not inputs:
             return []
         return [self._run(row) for row in await self._start(call, connection)]
+
+    @overload
+    async def debounce_start(
+        self,
+        flow: StepQueuedFlow[StepSlugT, InputT, OutputT],
+        input: InputT,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart: ...
+
+    @overload
+    async def debounce_start(
+        self,
+        flow: Flow[StepSlugT, InputT, OutputT],
+        input: InputT,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart: ...
+
+    async def debounce_start(
+        self,
+        flow: AnyFlow,
+        input: Any,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart:
+        """`Client.debounce_start`."""
+        call = run_calls.debounce_start(flow, input, key, period_s, max_wait_s)
+        return await self._call(call)
+
+    async def pending_starts(self, flow: AnyFlow | None = None) -> list[PendingStart]:
+        """`Client.pending_starts`."""
+        slug = None if flow is None else run_calls.flow_slug(flow)
+        return await self._call(run_calls.pending_starts(slug))
 
     async def cancel_run(self, run_id: uuid.UUID, reason: str | None = None) -> AsyncRun[Any]:
         """`Client.cancel_run`."""

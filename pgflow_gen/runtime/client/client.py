@@ -21,7 +21,7 @@ from pgflow_gen.runtime import database, tracing
 from pgflow_gen.runtime.client import calls, connections, operations, run_calls
 from pgflow_gen.runtime.client.calls import Call, Row
 from pgflow_gen.runtime.client.connections import POOL_IDLE_S, POOL_SIZE, POOL_WAIT_S
-from pgflow_gen.runtime.client.models import SentSignal, StepLimits, StepPause
+from pgflow_gen.runtime.client.models import PendingStart, SentSignal, StepLimits, StepPause
 from pgflow_gen.runtime.client.run_calls import AnyFlow
 from pgflow_gen.runtime.client.runs import Run
 from pgflow_gen.runtime.flow import Flow, Signal, StepQueuedFlow
@@ -233,6 +233,58 @@ class Client:
         if not inputs:
             return []
         return [self._run(row) for row in self._start(call, connection)]
+
+    @overload
+    def debounce_start(
+        self,
+        flow: StepQueuedFlow[StepSlugT, InputT, OutputT],
+        input: InputT,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart: ...
+
+    @overload
+    def debounce_start(
+        self,
+        flow: Flow[StepSlugT, InputT, OutputT],
+        input: InputT,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart: ...
+
+    def debounce_start(
+        self,
+        flow: AnyFlow,
+        input: Any,
+        *,
+        key: str,
+        period_s: float,
+        max_wait_s: float | None = None,
+    ) -> PendingStart:
+        """Start a run of `flow` once a burst of starts with `key` is over (engine 0030): starts
+        with the key, each within `period_s` seconds of the one before, make one run, started
+        `period_s` after the last of them with its input; with `max_wait_s`, no later than that
+        after the first, however long the burst goes on. Returns the burst as it is now (when
+        its run starts, how many starts it holds). The workers' scheduler starts the run
+        (`schedules` setting on; docs/starting-runs.md).
+
+            client.debounce_start(FLOW, {"user_id": 7}, key="digest:7", period_s=60)
+
+        Raises InvalidRunInputError (nothing written), UsageError for a key or a period the
+        engine refuses, FlowNotFoundError, DatabaseError for anything else.
+        """
+        call = run_calls.debounce_start(flow, input, key, period_s, max_wait_s)
+        return self._call(call)
+
+    def pending_starts(self, flow: AnyFlow | None = None) -> list[PendingStart]:
+        """The debounced bursts whose runs have not started yet (of `flow`, or of every flow),
+        the soonest first."""
+        slug = None if flow is None else run_calls.flow_slug(flow)
+        return self._call(run_calls.pending_starts(slug))
 
     def cancel_run(self, run_id: uuid.UUID, reason: str | None = None) -> Run[Any]:
         """Cancel a started run and return it (status `cancelled`): its queued tasks never

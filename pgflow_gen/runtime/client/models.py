@@ -221,6 +221,23 @@ class ForkedRun:
 
 
 @dataclass(frozen=True)
+class PendingStart:
+    """A burst of debounced starts (`Client.debounce_start`, engine 0030): its run starts at
+    `start_at` with `input` (the last start's), unless another start with the key comes first
+    and moves it (never past `deadline_at`, when the burst has one). `starts`: how many starts
+    the burst holds."""
+
+    flow_slug: str
+    debounce_key: str
+    input: Any
+    starts: int
+    first_at: datetime.datetime
+    last_at: datetime.datetime
+    start_at: datetime.datetime
+    deadline_at: datetime.datetime | None
+
+
+@dataclass(frozen=True)
 class WaitingSignal:
     """A signal step of a run that waits for its signal now; `deadline` None: for ever."""
 

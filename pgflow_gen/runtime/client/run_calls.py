@@ -1,5 +1,6 @@
-"""The clients' calls (`calls.py`), each written once: starting runs, reading a run back with its
-failure, what a run waits on, and steps' limits. `Client` and `AsyncClient` drive them.
+"""The clients' calls (`calls.py`), each written once: starting runs (and debouncing starts),
+reading a run back with its failure, what a run waits on, and steps' limits. `Client` and
+`AsyncClient` drive them.
 
 A start's input is checked when the call is made, before any connection is taken: a bad input
 raises InvalidRunInputError and nothing is sent.
@@ -11,15 +12,22 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg.types.json import Jsonb
 
-from pgflow_gen.engine import client_statements, statements, worker_statements
+from pgflow_gen.engine import client_statements, refusals, statements, worker_statements
 from pgflow_gen.engine.refusals import RunNotFoundError
-from pgflow_gen.errors import DatabaseError
+from pgflow_gen.errors import DatabaseError, PgflowError, UsageError
 from pgflow_gen.runtime import inputs
 from pgflow_gen.runtime.client import run_inputs
 from pgflow_gen.runtime.client.calls import Call, Query, Row
-from pgflow_gen.runtime.client.models import StepFailure, StepLimits, UnservedStep, WaitingSignal
+from pgflow_gen.runtime.client.models import (
+    PendingStart,
+    StepFailure,
+    StepLimits,
+    UnservedStep,
+    WaitingSignal,
+)
 from pgflow_gen.runtime.client.operations import Action, as_call
 from pgflow_gen.runtime.errors import InvalidRunInputError
 from pgflow_gen.runtime.flow import Flow, StepQueuedFlow
@@ -95,6 +103,43 @@ def _start_flows(slug: str, inputs_: list[Jsonb], keys: list[str | None] | None)
     for row in rows:
         row["failure"] = (yield from _failure(row["run_id"])) if row["status"] == "failed" else None
     return rows
+
+
+def debounce_start(
+    flow: AnyFlow, input: Any, key: str, period_s: float, max_wait_s: float | None
+) -> Call[PendingStart]:
+    """Add a start of `flow` to the burst of `key` (engine 0030); the burst as it is now. The
+    input is checked as start_flow checks it, when the call is made."""
+    run_inputs.validate_input(_plain(flow), input)
+    return _debounce_start(_plain(flow).slug, input, key, period_s, max_wait_s)
+
+
+def _debounce_start(
+    slug: str, input: Any, key: str, period_s: float, max_wait_s: float | None
+) -> Call[PendingStart]:
+    rows = yield Query(
+        client_statements.DEBOUNCE_START,
+        (slug, Jsonb(input), key, period_s, max_wait_s),
+        _debounce_refusal,
+    )
+    return PendingStart(**rows[0])
+
+
+def _debounce_refusal(exc: psycopg.Error) -> PgflowError:
+    """A key or a period out of bounds is the caller's mistake (UsageError); the rest as for
+    any call."""
+    message = exc.diag.message_primary or ""
+    if isinstance(exc, psycopg.errors.InvalidParameterValue) and not message.startswith(
+        "A debounced start needs an input"
+    ):
+        return UsageError(message, hint="Nothing was started or changed.")
+    return refusals.engine_error(exc)
+
+
+def pending_starts(flow_slug: str | None) -> Call[list[PendingStart]]:
+    """The pending debounced starts (of one flow, or of every flow), the soonest first."""
+    rows = yield Query(client_statements.PENDING_STARTS, (flow_slug, flow_slug))
+    return [PendingStart(**row) for row in rows]
 
 
 def read_run(run_id: uuid.UUID) -> Call[Row]:

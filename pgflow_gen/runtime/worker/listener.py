@@ -26,6 +26,10 @@ from pgflow_gen.runtime.worker.session import Connector, Session
 
 #: A listener that heard nothing for this long checks that its session is alive.
 LISTEN_CHECK_S = 60.0
+#: Where the engine says a new burst of debounced starts waits for its run (engine 0030), and
+#: what it says.
+DEBOUNCED_CHANNEL = "pgflow_debounced"
+DEBOUNCED_PAYLOAD = '{"event": "debounce:pending"}'
 
 
 async def listen(
@@ -37,9 +41,11 @@ async def listen(
     on_reconnect: Callable[[str], None] | None = None,
     holds: Callable[[uuid.UUID], bool] = lambda _run_id: True,
     outage: Outage | None = None,
+    on_debounced: Callable[[], None] | None = None,
 ) -> None:
-    """Set `wake` on every insert into `queue`, and call `on_cancelled` with the id of every
-    run the engine cancels while this worker `holds` tasks of it, until cancelled."""
+    """Set `wake` on every insert into `queue`, call `on_cancelled` with the id of every run
+    the engine cancels while this worker `holds` tasks of it, and `on_debounced` when a new
+    burst of debounced starts waits for its run (engine 0030), until cancelled."""
     channel = naming.pgmq_insert_channel(queue)
     link: Link[Session] = Link(
         connect, "notifications", log, on_reconnect=on_reconnect, outage=outage
@@ -51,9 +57,14 @@ async def listen(
                 return
             try:
                 await session.listen(channel)
+                if on_debounced is not None:
+                    await session.listen(DEBOUNCED_CHANNEL)
+                    on_debounced()  # any burst begun while we were not listening
                 wake.set()  # anything sent while we were not listening
                 while True:
-                    claimed = await _hear(session, wake, holds if on_cancelled else None)
+                    claimed = await _hear(
+                        session, wake, holds if on_cancelled else None, on_debounced
+                    )
                     if claimed is None:
                         # Quiet for a while: make sure the session is still alive.
                         await session.ping()
@@ -76,7 +87,10 @@ async def listen(
 
 
 async def _hear(
-    session: Session, wake: asyncio.Event, holds: Callable[[uuid.UUID], bool] | None
+    session: Session,
+    wake: asyncio.Event,
+    holds: Callable[[uuid.UUID], bool] | None,
+    on_debounced: Callable[[], None] | None = None,
 ) -> list[uuid.UUID] | None:
     """Wake the poller on each notification until some that arrived together say that runs
     this worker holds were cancelled (returned, for the engine to confirm: between batches,
@@ -88,6 +102,10 @@ async def _hear(
         found: list[uuid.UUID] = []
         async with contextlib.aclosing(session.notifies(left)) as stream:
             async for payload in stream:
+                if payload == DEBOUNCED_PAYLOAD:
+                    if on_debounced is not None:
+                        on_debounced()
+                    continue
                 wake.set()
                 cancelled = cancelled_run(payload)
                 if cancelled is not None and holds is not None and holds(cancelled):

@@ -95,12 +95,15 @@ class WorkerLoop:
         self._connect: Connector = connect or functools.partial(
             PsycopgSession.connect, database_url, prepare
         )
-        #: The flows' schedules are started from a connection of their own (a real database:
-        #: not with an injected connector, the unit tests' in-memory fake).
+        #: The flows' schedules and debounced starts are started from a connection of their
+        #: own (a real database: not with an injected connector, the unit tests' in-memory fake).
+        self._schedules: Scheduler | None = (
+            Scheduler(logger) if settings.schedules and connect is None else None
+        )
         self._scheduler: Callable[[], Awaitable[None]] | None = (
-            functools.partial(Scheduler(logger).run, database_url, prepare)
-            if settings.schedules and connect is None
-            else None
+            None
+            if self._schedules is None
+            else functools.partial(self._schedules.run, database_url, prepare)
         )
         #: This worker's Prometheus metrics (served when settings.metrics_port is set).
         self.metrics = WorkerMetrics(assignment.flow.slug, assignment.queue_name)
@@ -254,6 +257,7 @@ class WorkerLoop:
                             on_reconnect=counted,
                             holds=self.slots.holds_run,
                             outage=outage,
+                            on_debounced=None if self._schedules is None else self._schedules.nudge,
                         ),
                     )
                 )
