@@ -183,18 +183,22 @@ def test_a_client_debounces_a_worker_starts_and_neither_bends_the_clock(
     worker = logins.login("worker")
     reader = logins.login("reader")
     assert client.execute(
-        "select starts from pgflow.debounce_start('digest', '{}', 'k', 0.01)"
+        "select starts from pgflow.debounce_start('digest', '{}', 'k', 600)"
     ).fetchone() == (1,)
     refused(reader, "select pgflow.debounce_start('digest', '{}', 'k', 10)")
     refused(client, "select pgflow.start_debounced_runs()")
     refused(worker, "select pgflow._start_debounced_runs(now() + interval '1 day')")
     refused(client, "select pgflow._debounce_start('digest', '{}', 'k', 10, null, now())")
-    digest.conn.execute("select pg_sleep(0.02)")  # past the 10 ms period, on the server's clock
+    digest.one(
+        "select * from pgflow._debounce_start('digest', '{}', 'due', 10, null,"
+        " clock_timestamp() - interval '1 hour')"
+    )  # a burst due for 59 minutes, beside the client's, due in 10
     [(flow, key, starts, run_id)] = worker.execute(
         "select * from pgflow.start_debounced_runs()"
     ).fetchall()
-    assert (flow, key, starts) == ("digest", "k", 1)
+    assert (flow, key, starts) == ("digest", "due", 1)
     assert digest.run(run_id)["status"] == "started"
+    assert digest.value("select debounce_key from pgflow.debounced_starts") == "k"  # not early
 
 
 def test_a_step_role_neither_debounces_nor_starts_once_its_flow_is_gone(
