@@ -86,14 +86,18 @@ def flow(
     }
 
 
-def schedule(*, name: str, cron: str, input: Any, timezone: str, catch_up: str) -> dict[str, Any]:
-    """One schedule of the shape (engine 0017)."""
+def schedule(
+    *, name: str, cron: str, input: Any, timezone: str, catch_up: str, priority: int = 0
+) -> dict[str, Any]:
+    """One schedule of the shape (engine 0017); its runs' priority only when it has one (engine
+    0031), so that the shapes of schedules without one are as they were."""
     return {
         "name": name,
         "cron": cron,
         "timezone": timezone,
         "input": plain(input),
         "catchUp": catch_up,
+        **({"priority": priority} if priority else {}),
     }
 
 

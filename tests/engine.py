@@ -107,9 +107,10 @@ class Engine:
         return Jsonb(value) if isinstance(value, dict) else value
 
     # -- runs ------------------------------------------------------------------------------
-    def start(self, flow_slug: str, input: Any = None) -> uuid.UUID:
+    def start(self, flow_slug: str, input: Any = None, *, priority: int | None = None) -> uuid.UUID:
         input = {} if input is None else input
-        rows = self.call("start_flow", flow_slug, Jsonb(input))
+        extra = {} if priority is None else {"priority": priority}
+        rows = self.call("start_flow", flow_slug, Jsonb(input), **extra)
         return rows[0]["run_id"]  # type: ignore[no-any-return]
 
     def poll(

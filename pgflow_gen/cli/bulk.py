@@ -24,9 +24,10 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import operator_statements, refusals, statements
+from pgflow_gen.engine import operator_statements, statements
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors, input_examples, inputs
+from pgflow_gen.runtime.client import run_calls
 from pgflow_gen.words import counted
 
 #: Runs per start_flows call (one transaction each).
@@ -111,14 +112,20 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
     started: list[dict[str, Any]] = []
     for chunk in chunks(todo, args.chunk):
         keys = None if args.key_prefix is None else [f"{args.key_prefix}:{x.number}" for x in chunk]
+        values = [Jsonb(x.value) for x in chunk]
         try:
-            rows = conn.execute(
-                operator_statements.START_FLOWS_CREATED,
-                (args.flow_slug, [Jsonb(x.value) for x in chunk], keys),
-            ).fetchall()
+            if args.priority:
+                rows = conn.execute(
+                    operator_statements.START_FLOWS_CREATED_WITH_PRIORITY,
+                    (args.flow_slug, values, keys, args.priority),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    operator_statements.START_FLOWS_CREATED, (args.flow_slug, values, keys)
+                ).fetchall()
         except psycopg.Error as exc:
             progress.end()
-            raise _failed(args, chunk[0].number, started, refusals.engine_error(exc)) from exc
+            raise _failed(args, chunk[0].number, started, run_calls.priority_refusal(exc)) from exc
         for line, row in zip(chunk, rows, strict=True):
             started.append({"line": line.number, **row})
         progress.advance(len(chunk))

@@ -43,6 +43,14 @@ def register(commands: cli_parser.Commands) -> None:
         help="an idempotency key: when a run of the flow has it, that run is the answer and"
         " nothing starts",
     )
+    start.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="0 (the default, the lowest) to 1000: tasks of runs with a higher priority are"
+        " claimed first in their queues (engine 0031)",
+    )
     start.add_argument("--wait", action="store_true", help="wait until the run finishes")
     start.add_argument(
         "--timeout", type=float, default=300.0, metavar="S", help="seconds --wait waits"

@@ -25,12 +25,14 @@ from pgflow_gen.engine import statements
 from pgflow_gen.errors import PgflowError, UsageError
 from pgflow_gen.runtime import Client, Run, errors, input_examples
 from pgflow_gen.runtime import client as client_module
+from pgflow_gen.runtime.client import run_calls
 from pgflow_gen.words import counted
 
 
 def start(args: argparse.Namespace) -> int:
     """Start one run (`--input`) or one per line of a file (`--inputs`, `bulk`)."""
     bulk.check_arguments(args)
+    run_calls.check_priority(args.priority)
     if args.inputs is not None:
         with connecting.connect(args) as conn:
             existing.require_flow(conn, args.flow_slug)
@@ -55,7 +57,11 @@ def start(args: argparse.Namespace) -> int:
         wanted = uuid.uuid4()
         try:
             run = client.start_flow(
-                args.flow_slug, run_input, run_id=wanted, idempotency_key=args.key
+                args.flow_slug,
+                run_input,
+                run_id=wanted,
+                idempotency_key=args.key,
+                priority=args.priority,
             )
         except errors.InvalidRunInputError as exc:
             shown = f"{exc.hint} For example --input '{example}'." if example else exc.hint

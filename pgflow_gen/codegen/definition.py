@@ -31,6 +31,8 @@ def schedules_arg(spec: model.FlowSpec) -> str | None:
             args.append(
                 layout.Pair("catch_up", "=", layout.Atom(literals.string(schedule.catch_up)))
             )
+        if schedule.priority:
+            args.append(layout.Pair("priority", "=", layout.Atom(str(schedule.priority))))
         calls.append(layout.Group("Schedule", "(", ")", tuple(args)))
     return layout.text(
         layout.Pair("schedules", "=", layout.Group("", "(", ")", tuple(calls))),

@@ -309,6 +309,7 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
             shapes.schedule(
                 name=schedule.resolved_name(index), cron=schedule.cron, input=schedule.input,
                 timezone=schedule.timezone, catch_up=schedule.catch_up,
+                priority=schedule.priority,
             )
             for index, schedule in enumerate(spec.schedules)
         ],

@@ -17,12 +17,26 @@ START_FLOW: Final[LiteralString] = "select run_id, status from pgflow.start_flow
 START_FLOW_WITH_KEY: Final[LiteralString] = (
     "select run_id, status from pgflow.start_flow(%s, %s, %s, idempotency_key => %s)"
 )
+#: (flow, input, run id, idempotency key or NULL, priority) -> as START_FLOW_WITH_KEY, for a run
+#: with a priority above 0 (engine 0031; a run of priority 0 uses the statements above, which
+#: every engine has).
+START_FLOW_WITH_PRIORITY: Final[LiteralString] = (
+    "select run_id, status"
+    " from pgflow.start_flow(%s, %s, %s, idempotency_key => %s, priority => %s)"
+)
 #: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
 #: (engine 0014).
 START_FLOWS: Final[LiteralString] = (
     "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
     " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
     " from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
+)
+#: (flow, inputs, idempotency keys or NULL, priority) -> as START_FLOWS, every new run with the
+#: priority (engine 0031).
+START_FLOWS_WITH_PRIORITY: Final[LiteralString] = (
+    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
+    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
+    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[], priority => %s)"
 )
 #: (flow, input, key, period s, max wait s or NULL) -> the pending start of the key's burst, as
 #: `PendingStart` takes it (engine 0030).

@@ -28,6 +28,12 @@ START_FLOWS_CREATED: Final[LiteralString] = (
     "select r.run_id, r.status, r.started_at = now() as created"
     " from pgflow.start_flows(%s, %s::jsonb[], %s::text[]) as r"
 )
+#: (flow slug, inputs, keys or NULL, priority) -> as START_FLOWS_CREATED, every new run with the
+#: priority (engine 0031).
+START_FLOWS_CREATED_WITH_PRIORITY: Final[LiteralString] = (
+    "select r.run_id, r.status, r.started_at = now() as created"
+    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[], priority => %s) as r"
+)
 #: (run id) -> the run's row.
 RUN_ROW: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (low, high) -> up to 11 runs whose ids lie between (those that start with a prefix), newest

@@ -168,13 +168,15 @@ CatchUp = Literal["none", "latest", "all"]
 class Schedule:
     """A periodic run of a flow (its spec's `schedules`): the workers start one run per slot of
     `cron` (five fields, or six with the seconds last) read in `timezone`, with `input`;
-    `catch_up` decides what happens to slots missed while no worker ran (docs/schedules.md)."""
+    `catch_up` decides what happens to slots missed while no worker ran (docs/schedules.md);
+    its runs have `priority` (engine 0031, docs/starting-runs.md)."""
 
     name: str
     cron: str
     input: Any = field(default_factory=dict)
     timezone: str = "UTC"
     catch_up: CatchUp = "none"
+    priority: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input", _frozen(self.input))
@@ -182,7 +184,7 @@ class Schedule:
     def shape(self) -> dict[str, Any]:
         return shapes.schedule(
             name=self.name, cron=self.cron, input=self.input, timezone=self.timezone,
-            catch_up=self.catch_up,
+            catch_up=self.catch_up, priority=self.priority,
         )  # fmt: skip
 
 

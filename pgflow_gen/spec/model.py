@@ -249,6 +249,13 @@ class ScheduleSpec(_Strict):
         description="Slots missed while no worker ran: none (pass them over), latest (start"
         " the latest one) or all (start each, at most 100).",
     )
+    priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="The priority of its runs (0, the lowest, to 1000): their tasks are claimed"
+        " before those of runs with a lower one in their queues (engine 0031).",
+    )
 
     def resolved_name(self, index: int) -> str:
         """Its name, or schedule_<n> for the schedule at `index` (from 0) of the spec."""

@@ -125,3 +125,34 @@ def test_a_missing_file_is_one_line_of_error(
     assert (code, out) == (1, "")
     assert err.startswith("error: No such file or directory: ")
     assert len(err.splitlines()) == 1
+
+
+def test_priority_goes_with_one_run_and_with_a_file_of_runs(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}', '{"name": "Grace"}')
+    code, _, err = run_cli(capsys, db_url, "start", "e2ePlain", "--inputs", path, "--priority", "4")
+    assert (code, err) == (0, "")
+    code, _, err = run_cli(
+        capsys, db_url, "start", "e2ePlain", "--input", '{"name": "Linus"}', "--priority", "9"
+    )
+    assert (code, err) == (0, "")
+    rows = plain.conn.execute(
+        "select input ->> 'name', priority from pgflow.runs order by input ->> 'name'"
+    ).fetchall()
+    assert [tuple(r) for r in rows] == [("Ada", 4), ("Grace", 4), ("Linus", 9)]
+
+
+def test_a_priority_out_of_range_starts_nothing_and_says_why(
+    plain: Db, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, '{"name": "Ada"}')
+    for extra in (["--inputs", path], ["--input", '{"name": "Ada"}']):
+        code, out, err = run_cli(capsys, db_url, "start", "e2ePlain", *extra, "--priority", "1001")
+        assert (code, out) == (2, "")
+        assert err.startswith(
+            "error: A run's priority must be a whole number from 0 to 1000, got 1001.\n"
+        )
+        assert "HINT: 0 is the default and the lowest" in err
+        assert "Traceback" not in err
+    assert runs(plain) == []

@@ -97,7 +97,7 @@ def test_step_roles_whose_step_is_gone_are_named(
 def test_migrate_grants_the_recorded_roles_again(
     engine: Engine, logins: Logins, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    start_flow = "pgflow.start_flow(text, jsonb, uuid, text)"
+    start_flow = "pgflow.start_flow(text, jsonb, uuid, text, int)"
     client = logins.names.client
     engine.conn.execute(f"revoke execute on function {start_flow} from {client}")
     assert cli.main(["db", "migrate", "--database-url", db_url]) == 0

@@ -127,6 +127,7 @@ class AsyncClient:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> AsyncRun[OutputT]: ...
 
@@ -138,6 +139,7 @@ class AsyncClient:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> AsyncRun[OutputT]: ...
 
@@ -149,6 +151,7 @@ class AsyncClient:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> AsyncRun[Any]: ...
 
@@ -159,10 +162,11 @@ class AsyncClient:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> AsyncRun[Any]:
         """`Client.start_flow`; `connection` is the application's open async connection."""
-        call = run_calls.start_flow(flow, input, run_id, idempotency_key)
+        call = run_calls.start_flow(flow, input, run_id, idempotency_key, priority)
         return self._run(await self._start(call, connection))
 
     @overload
@@ -172,6 +176,7 @@ class AsyncClient:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> list[AsyncRun[OutputT]]: ...
 
@@ -182,6 +187,7 @@ class AsyncClient:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> list[AsyncRun[OutputT]]: ...
 
@@ -191,10 +197,11 @@ class AsyncClient:
         inputs: Sequence[Any],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.AsyncConnection[Any] | None = None,
     ) -> list[AsyncRun[Any]]:
         """`Client.start_flows`."""
-        call = run_calls.start_flows(flow, inputs, idempotency_keys)
+        call = run_calls.start_flows(flow, inputs, idempotency_keys, priority)
         if not inputs:
             return []
         return [self._run(row) for row in await self._start(call, connection)]

@@ -130,6 +130,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> Run[OutputT]: ...
 
@@ -141,6 +142,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> Run[OutputT]: ...
 
@@ -152,6 +154,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> Run[Any]: ...
 
@@ -162,6 +165,7 @@ class Client:
         *,
         run_id: uuid.UUID | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> Run[Any]:
         """Validate `input` against the flow's input type, then start a run of it.
@@ -174,15 +178,20 @@ class Client:
         as it is (whatever its input and status) and nothing starts, also when several callers
         race; its `run_id` then differs from one passed here. A key lives as long as its run.
 
+        With a `priority` from 1 to 1000 (engine 0031), the run's tasks are claimed before
+        those of runs with a lower one in their queues; 0, the default, is the lowest. Its
+        subflow runs take its priority.
+
         With `connection` (the application's open psycopg connection), the run starts inside
         that connection's transaction: it starts when the application commits, and a rollback
         leaves nothing, no run, no task, no key taken (docs/starting-runs.md).
 
         Raises InvalidRunInputError (nothing written), FlowNotFoundError when the flow is not
-        compiled in the database, UsageError when `connection` has no transaction to join,
-        DatabaseError for anything else the database refuses.
+        compiled in the database, UsageError when `connection` has no transaction to join or
+        the priority is out of range (or the engine older than 0031), DatabaseError for
+        anything else the database refuses.
         """
-        call = run_calls.start_flow(flow, input, run_id, idempotency_key)
+        call = run_calls.start_flow(flow, input, run_id, idempotency_key, priority)
         return self._run(self._start(call, connection))
 
     @overload
@@ -192,6 +201,7 @@ class Client:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[OutputT]]: ...
 
@@ -202,6 +212,7 @@ class Client:
         inputs: Sequence[InputT],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[OutputT]]: ...
 
@@ -211,6 +222,7 @@ class Client:
         inputs: Sequence[Any],
         *,
         idempotency_keys: Sequence[str | None] | None = None,
+        priority: int = 0,
         connection: psycopg.Connection[Any] | None = None,
     ) -> list[Run[Any]]:
         """Validate every input against the flow's input type, then start a run of the flow
@@ -219,17 +231,19 @@ class Client:
 
         With `idempotency_keys` (one per input; None for none), an input whose key a run of
         this flow already has returns that run as it is and starts nothing, so a batch sent
-        again after a failure starts only what is missing. With `connection`, the runs start
-        inside its transaction, as `start_flow`'s.
+        again after a failure starts only what is missing. Every new run gets `priority`, as
+        `start_flow` gives it. With `connection`, the runs start inside its transaction, as
+        `start_flow`'s.
 
             runs = client.start_flows(FLOW, [{"name": "Ada"}, {"name": "Grace"}])
 
         Raises InvalidRunInputError naming the first bad input's position from 1 (nothing
         written), ValueError when the keys do not pair with the inputs, FlowNotFoundError when
         the flow is not compiled in the database, UsageError when `connection` has no
-        transaction to join, DatabaseError for anything else the database refuses.
+        transaction to join or the priority is out of range, DatabaseError for anything else
+        the database refuses.
         """
-        call = run_calls.start_flows(flow, inputs, idempotency_keys)
+        call = run_calls.start_flows(flow, inputs, idempotency_keys, priority)
         if not inputs:
             return []
         return [self._run(row) for row in self._start(call, connection)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -36,16 +36,40 @@ T = TypeVar("T")
 AnyFlow = Flow[Any, Any, Any] | StepQueuedFlow[Any, Any, Any]
 
 
+#: The highest priority a run can have; 0, the default, is the lowest (engine 0031).
+MAX_PRIORITY: Final = 1000
+
+
+def check_priority(priority: int) -> None:
+    """UsageError unless `priority` is a whole number from 0 to MAX_PRIORITY, as the engine
+    requires; checked before anything is sent."""
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not 0 <= priority <= MAX_PRIORITY
+    ):
+        raise UsageError(
+            f"A run's priority must be a whole number from 0 to {MAX_PRIORITY}, got {priority!r}.",
+            hint="0 is the default and the lowest; a run with a higher one has its tasks claimed"
+            " first (docs/starting-runs.md).",
+        )
+
+
 def start_flow(
-    flow: AnyFlow | str, input: Any, run_id: uuid.UUID | None, idempotency_key: str | None
+    flow: AnyFlow | str,
+    input: Any,
+    run_id: uuid.UUID | None,
+    idempotency_key: str | None,
+    priority: int = 0,
 ) -> Call[Row]:
     """Start a run of `flow` (checked against its input type, or for a slug against the schema
     it was compiled with); the run's row as `read_run` returns it."""
+    check_priority(priority)
     if isinstance(flow, str):
         run_inputs.require_json(flow, input)
-        return _start_flow(flow, input, run_id, idempotency_key, check_compiled=True)
+        return _start_flow(flow, input, run_id, idempotency_key, priority, check_compiled=True)
     run_inputs.validate_input(_plain(flow), input)
-    return _start_flow(flow.slug, input, run_id, idempotency_key, check_compiled=False)
+    return _start_flow(flow.slug, input, run_id, idempotency_key, priority, check_compiled=False)
 
 
 def _start_flow(
@@ -53,6 +77,7 @@ def _start_flow(
     input: Any,
     run_id: uuid.UUID | None,
     idempotency_key: str | None,
+    priority: int,
     *,
     check_compiled: bool,
 ) -> Call[Row]:
@@ -60,7 +85,13 @@ def _start_flow(
         found = yield Query(statements.FLOW_INPUT_SCHEMA, (slug,))
         if found and found[0]["schema"] is not None:
             inputs.check(slug, found[0]["schema"], input)
-    if idempotency_key is None:
+    if priority:
+        rows = yield Query(
+            client_statements.START_FLOW_WITH_PRIORITY,
+            (slug, Jsonb(input), run_id, idempotency_key, priority),
+            priority_refusal,
+        )
+    elif idempotency_key is None:
         rows = yield Query(client_statements.START_FLOW, (slug, Jsonb(input), run_id))
     else:
         rows = yield Query(
@@ -72,11 +103,15 @@ def _start_flow(
 
 
 def start_flows(
-    flow: AnyFlow, inputs_: Sequence[Any], idempotency_keys: Sequence[str | None] | None
+    flow: AnyFlow,
+    inputs_: Sequence[Any],
+    idempotency_keys: Sequence[str | None] | None,
+    priority: int = 0,
 ) -> Call[list[Row]]:
     """Start a run of `flow` for each input in one statement; the runs' rows in input order.
     Raises at once InvalidRunInputError naming the first bad input's position from 1, ValueError
-    when the keys do not pair with the inputs."""
+    when the keys do not pair with the inputs, UsageError for a priority out of range."""
+    check_priority(priority)
     plain = _plain(flow)
     if idempotency_keys is not None and len(idempotency_keys) != len(inputs_):
         raise ValueError(
@@ -93,13 +128,22 @@ def start_flows(
                 hint=exc.hint,
             ) from None
     keys = None if idempotency_keys is None else list(idempotency_keys)
-    return _start_flows(plain.slug, [Jsonb(value) for value in inputs_], keys)
+    return _start_flows(plain.slug, [Jsonb(value) for value in inputs_], keys, priority)
 
 
-def _start_flows(slug: str, inputs_: list[Jsonb], keys: list[str | None] | None) -> Call[list[Row]]:
+def _start_flows(
+    slug: str, inputs_: list[Jsonb], keys: list[str | None] | None, priority: int
+) -> Call[list[Row]]:
     if not inputs_:
         return []
-    rows = yield Query(client_statements.START_FLOWS, (slug, inputs_, keys))
+    if priority:
+        rows = yield Query(
+            client_statements.START_FLOWS_WITH_PRIORITY,
+            (slug, inputs_, keys, priority),
+            priority_refusal,
+        )
+    else:
+        rows = yield Query(client_statements.START_FLOWS, (slug, inputs_, keys))
     for row in rows:
         row["failure"] = (yield from _failure(row["run_id"])) if row["status"] == "failed" else None
     return rows
@@ -133,6 +177,17 @@ def _debounce_refusal(exc: psycopg.Error) -> PgflowError:
         "A debounced start needs an input"
     ):
         return UsageError(message, hint="Nothing was started or changed.")
+    return refusals.engine_error(exc)
+
+
+def priority_refusal(exc: psycopg.Error) -> PgflowError:
+    """An engine without priorities (before 0031) has no start with one: say so, not that a
+    function is missing; the rest as for any call."""
+    if isinstance(exc, psycopg.errors.UndefinedFunction) and "priority" in str(exc):
+        return UsageError(
+            "Run priorities need engine 0031 or later; nothing was started.",
+            hint="Upgrade the engine with `pgflow-gen db migrate`, or start without a priority.",
+        )
     return refusals.engine_error(exc)
 
 

@@ -66,6 +66,10 @@ def test_the_shape_adds_changes_and_removes_schedules(engine: Engine) -> None:
         ({"cron": "0 2 * * *"}, 'a schedule needs a "name" and a "cron" string'),
         (nightly(timezone="Mars/Olympus"), 'unknown time zone "Mars/Olympus"'),
         (nightly(catchUp="some"), 'has catchUp "some"'),
+        (nightly(priority=1001), "has priority 1001; it takes a whole number from 0 to 1000"),
+        (nightly(priority=-1), "has priority -1"),
+        (nightly(priority=2.5), "has priority 2.5"),
+        (nightly(priority="5"), 'has priority "5"'),
     ],
 )
 def test_a_wrong_schedule_refuses_the_shape(
@@ -160,3 +164,15 @@ def test_deleting_the_flow_deletes_its_schedules(engine: Engine) -> None:
     compile_with(engine, nightly())
     engine.call("delete_flow_and_data", "reports")
     assert engine.value("select count(*) from pgflow.schedules") == 0
+
+
+def test_a_schedules_runs_have_its_priority_and_a_change_of_it_is_stored(engine: Engine) -> None:
+    compile_with(engine, nightly(priority=7))
+    assert stored(engine)["nightly"]["priority"] == 7
+    [first] = start(engine, [SLOT])
+    assert engine.run(first["run_id"])["priority"] == 7
+
+    compile_with(engine, nightly())  # no priority: 0
+    assert stored(engine)["nightly"]["priority"] == 0
+    [second] = start(engine, [SLOT + datetime.timedelta(days=1)])
+    assert engine.run(second["run_id"])["priority"] == 0

@@ -10,6 +10,9 @@
 -- parent_task_index, all null for a top run. Its completion completes that task, in the same
 -- transaction; its failure fails the task's attempt.
 -- A forked run (engine 0029, pgflow.fork_run) names the run and the step it was forked from.
+-- priority (engine 0031, 0 to 1000, 0 by default) orders the claims of its tasks: in a queue,
+-- ready tasks of higher-priority runs are claimed first (pgflow.read_and_claim); subflow runs
+-- take their parent's, forked runs their source's.
 -- Locked (for update) by every transition of the run, which serialises them per run.
 create table pgflow.runs (
   run_id uuid primary key default gen_random_uuid(),
@@ -32,6 +35,8 @@ create table pgflow.runs (
   parent_task_index int,
   forked_from_run_id uuid,
   forked_from_step text,
+  priority int not null default 0,
+  constraint priority_is_in_range check (priority between 0 and 1000),
   constraint remaining_steps_is_nonnegative check (remaining_steps >= 0),
   constraint forked_from_is_whole check ((forked_from_run_id is null) = (forked_from_step is null)),
   constraint parent_is_whole check (
@@ -48,3 +53,7 @@ create unique index runs_idempotency_key_idx on pgflow.runs (flow_slug, idempote
 -- The children of a run, and of one of its tasks (a subflow step's).
 create index runs_parent_idx on pgflow.runs (parent_run_id, parent_step_slug, parent_task_index)
   where parent_run_id is not null;
+-- The started runs that claims put first, per flow (engine 0031): empty unless some run has a
+-- priority, so a claim asks it for free.
+create index runs_prioritised_idx on pgflow.runs (flow_slug, priority desc)
+  where priority > 0 and status = 'started';

@@ -4,6 +4,7 @@
 -- scheduler computes the slots), each slot once: pgflow.start_scheduled_runs gives every run
 -- the idempotency key "schedule:<name>:<slot>" and moves last_slot_at past it. A paused
 -- schedule starts nothing; resuming it passes over the slots of the pause. Gone with the flow.
+-- Its runs have its priority (engine 0031, 0 by default).
 create table pgflow.schedules (
   flow_slug text not null references pgflow.flows (flow_slug) on delete cascade,
   schedule_name text not null,
@@ -17,6 +18,8 @@ create table pgflow.schedules (
   last_run_id uuid,
   created_at timestamptz not null default now(),
   updated_at timestamptz not null default now(),
+  priority int not null default 0,
   primary key (flow_slug, schedule_name),
-  constraint schedules_catch_up check (catch_up in ('none', 'latest', 'all'))
+  constraint schedules_catch_up check (catch_up in ('none', 'latest', 'all')),
+  constraint schedules_priority_is_in_range check (priority between 0 and 1000)
 );

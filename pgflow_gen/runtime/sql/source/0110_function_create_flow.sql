@@ -52,6 +52,7 @@ begin
   perform pgflow._preflight_queue_names(flow_slug, array[v_queue]);
   v_flow := pgflow._insert_flow(flow_slug, 'flow', max_attempts, base_delay, timeout);
   perform pgmq.create(v_queue);
+  perform pgflow._create_priority_index(v_queue);
   return v_flow;
 end;
 $$;

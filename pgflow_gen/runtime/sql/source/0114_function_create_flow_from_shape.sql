@@ -60,6 +60,7 @@ begin
       order by s.step_index
     loop
       perform pgmq.create(v_queue);
+      perform pgflow._create_priority_index(v_queue);
     end loop;
   end if;
 end;

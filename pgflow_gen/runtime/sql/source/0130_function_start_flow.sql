@@ -7,8 +7,12 @@
 -- The run keeps the caller's trace context: the transaction's `pgflow.traceparent` setting when
 -- it holds a W3C traceparent (set_config('pgflow.traceparent', ..., true)); anything else is
 -- ignored, never an error (engine 0016).
+-- Its tasks are claimed before those of lower-priority runs in their queues (engine 0031:
+-- priority 0 to 1000, 0 by default; pgflow.read_and_claim says how); a priority out of range is
+-- refused (22023). A run returned for its idempotency key keeps its own priority.
 create function pgflow.start_flow(
-  flow_slug text, input jsonb, run_id uuid default null, idempotency_key text default null
+  flow_slug text, input jsonb, run_id uuid default null, idempotency_key text default null,
+  priority int default 0
 )
 returns setof pgflow.runs
 language plpgsql
@@ -45,6 +49,10 @@ begin
     raise exception 'Flow "%" does not exist.', flow_slug
       using errcode = 'P0002', hint = 'Check the slug (it is case-sensitive) or compile the flow first.';
   end if;
+  if priority is null or priority not between 0 and 1000 then
+    raise exception 'The priority of a run must be between 0 and 1000, got %.', coalesce(priority::text, 'NULL')
+      using errcode = '22023', hint = '0 is the default and the lowest; the tasks of runs with a higher one are claimed first.';
+  end if;
   if idempotency_key is not null then
     return query select * from pgflow.runs as r
       where r.flow_slug = start_flow.flow_slug and r.idempotency_key = start_flow.idempotency_key;
@@ -65,8 +73,8 @@ begin
     v_input_length := jsonb_array_length(input);
   end if;
 
-  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent)
-  values (v_run_id, flow_slug, input, v_flow.step_count, idempotency_key, v_traceparent)
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent, priority)
+  values (v_run_id, flow_slug, input, v_flow.step_count, idempotency_key, v_traceparent, priority)
   on conflict (flow_slug, idempotency_key) where idempotency_key is not null do nothing
   returning * into v_run;
   if not found then  -- a concurrent start with this key won: its run is the one

@@ -265,6 +265,7 @@ begin
             insert into pgmq.%I (vt, message)
             select clock_timestamp() + make_interval(secs => x.delay),
               jsonb_build_object('flow_slug', x.flow_slug, 'run_id', x.run_id, 'step_slug', x.step_slug, 'task_index', 0)
+                || pgflow._priority_key((select r.priority from pgflow.runs as r where r.run_id = x.run_id))
             from unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $7::text[])
               as x (run_id, flow_slug, step_slug, delay, queue_name, key_path)
             where x.queue_name = $6 and x.key_path is null

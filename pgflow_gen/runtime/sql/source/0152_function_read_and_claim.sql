@@ -7,6 +7,12 @@
 -- their hold), and named in a notice (JSON detail: unclaimed_message_ids), after the claim's own notices. When it
 -- read fewer than qty, another notice says when the queue's next hidden message shows again
 -- (JSON detail: next_visible_in_s), so that the worker wakes then.
+-- Since engine 0031, while some started run of the flow has a priority (an index of such runs
+-- says so, for the cost of one probe), it first reads the queue's visible messages that carry
+-- one, the highest first (pgflow._read_prioritised), then first in, first out, as pgmq.read
+-- orders them: a ready task of a higher-priority run is claimed before the tasks of lower ones
+-- in its queue, by every worker. A message not yet visible waits its time, whatever its run's
+-- priority.
 -- A step-queued flow's step with limits (engine 0017) is read only as far as there is room under
 -- them (pgflow._step_capacity), so messages beyond a limit stay in the queue, untouched and in
 -- order: a notice says so (JSON detail: limited_step, wanted, allowed), and the next-visible
@@ -56,9 +62,16 @@ begin
     end if;
   end if;
   v_read := '{}';
-  if v_qty > 0 then
-    select coalesce(array_agg(m.msg_id), '{}') into v_read
-    from pgmq.read(v_route.queue, coalesce(v_route.lease, vt), v_qty) as m;
+  -- Tasks of runs with a priority come first (engine 0031): the highest first, then the oldest.
+  if v_qty > 0 and exists (
+    select 1 from pgflow.runs as r
+    where r.flow_slug = read_and_claim.flow_slug and r.priority > 0 and r.status = 'started'
+  ) then
+    v_read := pgflow._read_prioritised(v_route.queue, coalesce(v_route.lease, vt), v_qty);
+  end if;
+  if v_qty > cardinality(v_read) then
+    select v_read || coalesce(array_agg(m.msg_id), '{}') into v_read
+    from pgmq.read(v_route.queue, coalesce(v_route.lease, vt), v_qty - cardinality(v_read)) as m;
   end if;
   -- A worker that read less than it asked for sleeps until a message comes: an insert wakes it,
   -- but nothing tells it when a hidden one (a retry's delay, a start delay, a lease) shows again.

@@ -1,9 +1,10 @@
 -- Keeps a flow's schedules in step with its shape's "schedules" ([{name, cron, timezone, input,
--- catchUp}], engine 0017): new ones are added (their slots count from now), changed ones take
--- the new cron, time zone, input and catch-up and keep their last slot and pause, and the ones
--- the shape no longer has are deleted. A shape without "options" (a hand-written one) changes
--- nothing. Checks each entry (a name, a cron, a known time zone, a catch-up policy). Returns
--- the changes, [{"schedule", "change": "added" | "changed" | "removed"}]. Called by
+-- catchUp, priority}], engine 0017; priority since 0031, 0 when absent): new ones are added
+-- (their slots count from now), changed ones take the new cron, time zone, input, catch-up and
+-- priority and keep their last slot and pause, and the ones the shape no longer has are
+-- deleted. A shape without "options" (a hand-written one) changes nothing. Checks each entry (a
+-- name, a cron, a known time zone, a catch-up policy, a priority from 0 to 1000). Returns the
+-- changes, [{"schedule", "change": "added" | "changed" | "removed"}]. Called by
 -- _adopt_flow_description under the flow's definition lock.
 create function pgflow._store_schedules(flow_slug text, shape jsonb)
 returns jsonb
@@ -38,6 +39,12 @@ begin
         v_entry ->> 'name', v_entry ->> 'catchUp'
         using errcode = '22023';
     end if;
+    if v_entry ? 'priority' and not (jsonb_typeof(v_entry -> 'priority') = 'number'
+        and (v_entry ->> 'priority') ~ '^(1000|[0-9]{1,3})$') then
+      raise exception 'Invalid flow shape: schedule "%" has priority %; it takes a whole number from 0 to 1000.',
+        v_entry ->> 'name', v_entry -> 'priority'
+        using errcode = '22023';
+    end if;
   end loop;
   if (select count(distinct e.value ->> 'name') <> count(*) from jsonb_array_elements(v_wanted) as e) then
     raise exception 'Invalid flow shape: two schedules have the same name.' using errcode = '22023';
@@ -48,20 +55,21 @@ begin
       s.cron is distinct from e.value ->> 'cron'
         or s.timezone is distinct from coalesce(e.value ->> 'timezone', 'UTC')
         or s.input is distinct from coalesce(e.value -> 'input', '{}')
-        or s.catch_up is distinct from coalesce(e.value ->> 'catchUp', 'none') as is_changed
+        or s.catch_up is distinct from coalesce(e.value ->> 'catchUp', 'none')
+        or s.priority is distinct from coalesce((e.value ->> 'priority')::int, 0) as is_changed
     from jsonb_array_elements(v_wanted) with ordinality as e (value, ord)
     left join pgflow.schedules as s
       on s.flow_slug = _store_schedules.flow_slug and s.schedule_name = e.value ->> 'name'
     order by e.ord
   loop
     continue when not (v_row.is_new or v_row.is_changed);
-    insert into pgflow.schedules as s (flow_slug, schedule_name, cron, timezone, input, catch_up)
+    insert into pgflow.schedules as s (flow_slug, schedule_name, cron, timezone, input, catch_up, priority)
     values (_store_schedules.flow_slug, v_row.entry ->> 'name', v_row.entry ->> 'cron',
       coalesce(v_row.entry ->> 'timezone', 'UTC'), coalesce(v_row.entry -> 'input', '{}'),
-      coalesce(v_row.entry ->> 'catchUp', 'none'))
+      coalesce(v_row.entry ->> 'catchUp', 'none'), coalesce((v_row.entry ->> 'priority')::int, 0))
     on conflict on constraint schedules_pkey do update
     set cron = excluded.cron, timezone = excluded.timezone, input = excluded.input,
-      catch_up = excluded.catch_up, updated_at = now();
+      catch_up = excluded.catch_up, priority = excluded.priority, updated_at = now();
     v_changes := v_changes || jsonb_build_object('schedule', v_row.entry ->> 'name',
       'change', case when v_row.is_new then 'added' else 'changed' end);
   end loop;

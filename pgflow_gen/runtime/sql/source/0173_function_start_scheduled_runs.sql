@@ -11,7 +11,8 @@
 -- expression names in the schedule's time zone (pgflow._cron_names); for syntax the engine does
 -- not read (L, W, #, H) it falls back to whole minutes (whole seconds for a six-field
 -- expression), so a caller starts at most one run per minute since the last slot. Returns each
--- slot it handled with its run and whether this call started it. Locks the schedule's row.
+-- slot it handled with its run and whether this call started it. The runs have the schedule's
+-- priority (engine 0031). Locks the schedule's row.
 create function pgflow.start_scheduled_runs(
   flow_slug text,
   schedule_name text,
@@ -63,7 +64,8 @@ begin
     select * into v_run from pgflow.start_flow(
       start_scheduled_runs.flow_slug, v_schedule.input, null,
       format('schedule:%s:%s', start_scheduled_runs.schedule_name,
-        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+        to_char(v_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+      v_schedule.priority);
     slot := v_slot;
     run_id := v_run.run_id;
     created := v_run.started_at = now();

@@ -20,6 +20,7 @@ declare
   v_indexes int[];
   v_queues text[];
   v_not_befores timestamptz[];
+  v_priorities int[];
   v_queue text;
   v_table text;
   v_message_id bigint;
@@ -27,13 +28,14 @@ declare
 begin
   select array_agg(k.parked_seq order by k.parked_seq), array_agg(k.run_id order by k.parked_seq),
     array_agg(k.task_index order by k.parked_seq), array_agg(k.queue_name order by k.parked_seq),
-    array_agg(k.not_before order by k.parked_seq)
-  into v_seqs, v_runs, v_indexes, v_queues, v_not_befores
+    array_agg(k.not_before order by k.parked_seq), array_agg(k.priority order by k.parked_seq)
+  into v_seqs, v_runs, v_indexes, v_queues, v_not_befores, v_priorities
   from (
-    select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before
+    select p.parked_seq, t.run_id, t.task_index, t.queue_name, p.not_before, r.priority
     from pgflow.parked_tasks as p
     join pgflow.step_tasks as t
       on t.run_id = p.run_id and t.step_slug = p.step_slug and t.task_index = p.task_index
+    join pgflow.runs as r on r.run_id = t.run_id
     where p.flow_slug = _unpark_tasks.flow_slug and p.step_slug = _unpark_tasks.step_slug
       and p.concurrency_key = _unpark_tasks.concurrency_key
       and t.status = 'queued' and t.message_id is null
@@ -58,7 +60,7 @@ begin
     into v_message_id
     using greatest(clock_timestamp(), v_not_befores[i]),
       jsonb_build_object('flow_slug', flow_slug, 'run_id', v_runs[i], 'step_slug', step_slug,
-        'task_index', v_indexes[i]);
+        'task_index', v_indexes[i]) || pgflow._priority_key(v_priorities[i]);
     update pgflow.step_tasks as t set message_id = v_message_id
     where t.run_id = v_runs[i] and t.step_slug = _unpark_tasks.step_slug and t.task_index = v_indexes[i];
     v_sent := v_sent + 1;

@@ -54,14 +54,15 @@ begin
   for update of t;
 
   -- The tasks that did not complete are queued again, each with a new message (visible after
-  -- delay_seconds). A subflow step's tasks have none (below).
+  -- delay_seconds; with the run's priority, engine 0031). A subflow step's tasks have none (below).
   for v_queue, v_keys in
     select t.queue_name, jsonb_agg(jsonb_build_object(
         'flow_slug', t.flow_slug, 'run_id', t.run_id, 'step_slug', t.step_slug, 'task_index', t.task_index
-      ) order by t.step_slug, t.task_index)
+      ) || pgflow._priority_key(r.priority) order by t.step_slug, t.task_index)
     from pgflow.step_tasks as t
     join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
     join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    join pgflow.runs as r on r.run_id = t.run_id
     where t.run_id = _retry_run.run_id and ss.status in ('started', 'failed')
       and t.status in ('failed', 'cancelled') and t.concurrency_key is null and s.subflow_slug is null
     group by t.queue_name

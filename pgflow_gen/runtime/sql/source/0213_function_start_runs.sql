@@ -10,10 +10,12 @@
 -- it, raises naming its position (from 1), and nothing starts; so does a subflow nested more
 -- than 8 deep (54000).
 -- Holds the flow's definition lock shared, as start_flow does, and keeps the caller's trace
--- context as start_flow does (engine 0016).
+-- context as start_flow does (engine 0016). The new runs get priority (engine 0031, refused out
+-- of range as start_flow refuses it); child runs get their parent's instead.
 create function pgflow._start_runs(
   flow_slug text, inputs jsonb[], idempotency_keys text[] default null,
-  parent_run_id uuid default null, parent_step_slug text default null, parent_task_indexes int[] default null
+  parent_run_id uuid default null, parent_step_slug text default null, parent_task_indexes int[] default null,
+  priority int default 0
 )
 returns setof pgflow.runs
 language plpgsql
@@ -35,6 +37,7 @@ declare
   v_traceparent text := substring(current_setting('pgflow.traceparent', true)
     from '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
   v_indexes int[] := coalesce(parent_task_indexes, array_fill(null::int, array[v_count]));
+  v_priority int := priority;
 begin
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(flow_slug)));
   -- The definition is read once (engine 0026), as start_flow reads it.
@@ -85,14 +88,19 @@ begin
 
   if _start_runs.parent_run_id is not null then
     v_traceparent := pgflow._child_traceparent(_start_runs.parent_run_id, flow_slug);
+    select r.priority into v_priority from pgflow.runs as r where r.run_id = _start_runs.parent_run_id;
+  end if;
+  if v_priority is null or v_priority not between 0 and 1000 then
+    raise exception 'The priority of a run must be between 0 and 1000, got %.', coalesce(v_priority::text, 'NULL')
+      using errcode = '22023', hint = '0 is the default and the lowest; the tasks of runs with a higher one are claimed first.';
   end if;
 
   v_ids := array(select gen_random_uuid() from generate_series(1, v_count));
   with started as (
     insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, idempotency_key, traceparent,
-      parent_run_id, parent_step_slug, parent_task_index)
+      parent_run_id, parent_step_slug, parent_task_index, priority)
     select w.run_id, _start_runs.flow_slug, w.input, v_flow.step_count, w.key, v_traceparent,
-      _start_runs.parent_run_id, _start_runs.parent_step_slug, w.task_index
+      _start_runs.parent_run_id, _start_runs.parent_step_slug, w.task_index, v_priority
     from unnest(v_ids, inputs, coalesce(idempotency_keys, array_fill(null::text, array[v_count])),
       v_indexes)
       with ordinality as w (run_id, input, key, task_index, n)
@@ -146,6 +154,7 @@ begin
                 insert into pgmq.%I (vt, message)
                 select clock_timestamp() + make_interval(secs => $1),
                   jsonb_build_object('flow_slug', $2, 'run_id', r.run_id, 'step_slug', $3, 'task_index', 0)
+                    || pgflow._priority_key($6)
                 from unnest($4::uuid[]) as r (run_id)
                 returning msg_id, message
               )
@@ -155,7 +164,7 @@ begin
             $q$,
             pgflow.pgmq_table_name(v_root.queue_name)
           )
-          using v_root.delay, flow_slug, v_root.step_slug, v_new, v_root.queue_name;
+          using v_root.delay, flow_slug, v_root.step_slug, v_new, v_root.queue_name, v_priority;
         end if;
         perform pg_notify(
           'pgflow_run_' || replace(r.run_id::text, '-', ''),

@@ -3,7 +3,7 @@
 -- tasks' outputs, or skipped with its reason; no task runs), and from_step and every step
 -- downstream of it run fresh. The new run records where it came from (forked_from_run_id,
 -- forked_from_step); its idempotency key is not copied, and it keeps the caller's trace context
--- as start_flow does. A subflow step that is copied keeps its output, not its child runs; one
+-- as start_flow does and its priority (engine 0031). A subflow step that is copied keeps its output, not its child runs; one
 -- that runs fresh starts new ones. Returns the new run.
 -- Refused, changing nothing: an unknown run (P0002) or step (P0002, naming the flow's steps); a
 -- run whose flow has changed since it started, or whose input its flow's input schema no longer
@@ -88,9 +88,10 @@ begin
         hint = format('Nothing was changed. Fork from step "%s" or a step before it.', v_unfinished.step_slug);
   end if;
 
-  insert into pgflow.runs (flow_slug, input, remaining_steps, traceparent, forked_from_run_id, forked_from_step)
+  insert into pgflow.runs (flow_slug, input, remaining_steps, traceparent, forked_from_run_id, forked_from_step,
+    priority)
   values (v_source.flow_slug, v_source.input, cardinality(v_fresh), v_traceparent, fork_run.run_id,
-    fork_run.from_step)
+    fork_run.from_step, v_source.priority)
   returning * into v_run;
   if jsonb_typeof(v_source.input) = 'array' then
     v_input_length := jsonb_array_length(v_source.input);

@@ -100,6 +100,7 @@ FLOW: Final[Flow[StepSlug, Input, Output]] = Flow(
             input={"period": "day", "notify": True},
             timezone="Europe/Paris",
             catch_up="latest",
+            priority=5,
         ),
         Schedule(name="schedule_2", cron="*/15 8-18 * * 1-5", input={"period": "quarter_hour"}),
     ),

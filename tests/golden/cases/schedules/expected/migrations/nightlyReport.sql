@@ -42,6 +42,7 @@ begin
         "period": "day"
       },
       "name": "nightly",
+      "priority": 5,
       "timezone": "Europe/Paris"
     },
     {
