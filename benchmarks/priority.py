@@ -17,8 +17,10 @@ and complete_tasks in batches of --batch, in four settings:
 Then --starts plain `start_flow` calls (no priority, one transaction each) on 0030 and on 0031.
 
 Rates are tasks per second over the whole drain, with the ratio to raw PGMQ measured in the
-same repeat; every repeat is printed, then the medians. The settings take turns to go first
-(each repeat starts one later), and each drain starts after a checkpoint.
+same repeat, and the server's CPU time per task (every server process, as `engine_throughput.py`
+counts it: steadier than the rate on a shared machine). Every repeat is printed, then the
+medians. The settings take turns to go first (each repeat starts one later), and each drain
+starts after a checkpoint.
 
     .venv/bin/python benchmarks/priority.py [--backlog 5000] [--batch 10] [--repeat 3]
         [--starts 2000] [--durable]
@@ -43,6 +45,7 @@ from benchmarks.engine_throughput import (
     fresh_database,
     raw_pgmq,
     server,
+    server_cpu,
 )
 from pgflow_gen.runtime import migrations
 
@@ -53,10 +56,12 @@ CHUNK = 1000
 
 @dataclass(frozen=True)
 class Drain:
-    """Tasks per second over the drain, and the batches (from 1) that claimed the urgent run's
+    """Tasks per second over the drain, the server's CPU time per task in us (None when its
+    processes cannot be read from here), and the batches (from 1) that claimed the urgent run's
     steps, in step order (empty without an urgent run)."""
 
     rate: float
+    server_us: float | None
     urgent_batches: list[int]
 
 
@@ -87,6 +92,7 @@ def drain(url: str, engine: str, backlog: int, batch: int, setting: str) -> Drai
         batches: dict[str, int] = {}
         tasks_done = 0
         number = 0
+        cpu_before = server_cpu(conn)
         started = time.perf_counter()
         while True:
             tasks = conn.execute(
@@ -102,14 +108,18 @@ def drain(url: str, engine: str, backlog: int, batch: int, setting: str) -> Drai
             complete(conn, tasks)
             tasks_done += len(tasks)
         seconds = time.perf_counter() - started
+        cpu_after = server_cpu(conn)
         finished = conn.execute(
             "select count(*) from pgflow.runs where status = 'completed'"
         ).fetchone()
     runs = backlog + (urgent is not None)
     assert finished == (runs,), f"{finished} of {runs} runs completed"
     assert tasks_done == 3 * runs
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return Drain(
-        tasks_done / seconds, [batches[step] for step in ("one", "two", "three") if urgent]
+        tasks_done / seconds,
+        None if cpu is None else cpu / tasks_done * 1e6,
+        [batches[step] for step in ("one", "two", "three") if urgent],
     )
 
 
@@ -136,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--durable", action="store_true", help="server defaults (fsync on)")
     args = parser.parse_args(argv)
+    cpu_us: dict[str, list[float | None]] = {name: [] for name in SETTINGS}
     rates: dict[str, list[float]] = {
         name: [] for name in ("raw", *SETTINGS, "start_flow 0030", "start_flow 0031")
     }
@@ -159,14 +170,20 @@ def main(argv: list[str] | None = None) -> int:
                 with fresh_database(admin_url) as url:
                     result = drain(url, engine, args.backlog, args.batch, setting)
                 rates[setting].append(result.rate)
+                cpu_us[setting].append(result.server_us)
                 urgent = (
                     f" (urgent run's steps in batches {', '.join(map(str, result.urgent_batches))})"
                     if result.urgent_batches
                     else ""
                 )
+                cpu = (
+                    ""
+                    if result.server_us is None
+                    else f", {result.server_us:,.0f} us server CPU each"
+                )
                 line.append(
                     f"  {setting:<24} {result.rate:7,.0f} tasks/s,"
-                    f" {result.rate / raw:6.1%} of raw{urgent}"
+                    f" {result.rate / raw:6.1%} of raw{cpu}{urgent}"
                 )
             for engine in ("0030", "0031")[:: -1 if repeat % 2 else 1]:
                 with fresh_database(admin_url) as url:
@@ -182,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         to_today = statistics.median(
             r / today for r, today in zip(rates[setting], rates["0030, backlog"], strict=True)
         )
-        print(f"  {setting:<24} {to_raw:6.1%} of raw, {to_today:5.2f}x 0030's backlog")
+        known = [us for us in cpu_us[setting] if us is not None]
+        cpu = f", {statistics.median(known):,.0f} us server CPU a task" if known else ""
+        print(f"  {setting:<24} {to_raw:6.1%} of raw, {to_today:5.2f}x 0030's backlog{cpu}")
     starts = statistics.median(
         new / old
         for new, old in zip(rates["start_flow 0031"], rates["start_flow 0030"], strict=True)

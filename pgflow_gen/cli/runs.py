@@ -168,7 +168,8 @@ def _status(args: argparse.Namespace) -> int:
                 for key in ("run_id", "flow_slug", "status", "input", "output", "started_at",
                             "completed_at", "failed_at", "cancelled_at", "cancel_reason",
                             "retry_count", "retried_at", "parent_run_id", "parent_step_slug",
-                            "parent_task_index", "forked_from_run_id", "forked_from_step")
+                            "parent_task_index", "forked_from_run_id", "forked_from_step",
+                            "priority")
             },
             "subflow_runs": [
                 {key: r[key] for key in ("run_id", "flow_slug", "status", "depth",
@@ -216,6 +217,8 @@ def _status(args: argparse.Namespace) -> int:
         )
     waits = f" (waiting for a signal: {', '.join(waiting)})" if waiting else ""
     print(f"status:  {run['status']}{waits}")
+    if run.get("priority"):
+        print(f"priority: {run['priority']}")
     print(f"started: {cell(run['started_at'])}")
     if run.get("retry_count"):
         print(f"retried: {counted(run['retry_count'], 'time')}, last at {cell(run['retried_at'])}")

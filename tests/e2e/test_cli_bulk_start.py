@@ -138,9 +138,15 @@ def test_priority_goes_with_one_run_and_with_a_file_of_runs(
     )
     assert (code, err) == (0, "")
     rows = plain.conn.execute(
-        "select input ->> 'name', priority from pgflow.runs order by input ->> 'name'"
+        "select input ->> 'name', priority, run_id from pgflow.runs order by input ->> 'name'"
     ).fetchall()
-    assert [tuple(r) for r in rows] == [("Ada", 4), ("Grace", 4), ("Linus", 9)]
+    assert [tuple(r[:2]) for r in rows] == [("Ada", 4), ("Grace", 4), ("Linus", 9)]
+    linus = str(rows[2][2])
+    code, out, _ = run_cli(capsys, db_url, "status", linus)
+    assert code == 0
+    assert "\npriority: 9\n" in out
+    code, out, _ = run_cli(capsys, db_url, "status", linus, "--format", "json")
+    assert json.loads(out)["run"]["priority"] == 9
 
 
 def test_a_priority_out_of_range_starts_nothing_and_says_why(
