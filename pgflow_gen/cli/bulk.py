@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import print_json
-from pgflow_gen.engine import operator_statements, statements
+from pgflow_gen.engine import operator_statements, refusals, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors, input_examples, inputs
 from pgflow_gen.runtime.client import run_calls
@@ -103,6 +103,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]]) -> int:
     """Start the runs of `args.inputs` (the flow exists); print what started."""
+    if args.priority and not statements.has_priority(support.version(conn)):
+        raise run_calls.priority_unsupported()
     schema_row = conn.execute(statements.FLOW_INPUT_SCHEMA, (args.flow_slug,)).fetchone()
     schema = None if schema_row is None else schema_row["schema"]
     lines = read_lines(args.inputs, input_examples.example_text(schema))
@@ -125,7 +127,7 @@ def start_many(args: argparse.Namespace, conn: psycopg.Connection[dict[str, Any]
                 ).fetchall()
         except psycopg.Error as exc:
             progress.end()
-            raise _failed(args, chunk[0].number, started, run_calls.priority_refusal(exc)) from exc
+            raise _failed(args, chunk[0].number, started, refusals.engine_error(exc)) from exc
         for line, row in zip(chunk, rows, strict=True):
             started.append({"line": line.number, **row})
         progress.advance(len(chunk))

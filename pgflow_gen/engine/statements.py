@@ -44,6 +44,12 @@ _STEP_LIMIT_USAGE_BEFORE_0023: Final[LiteralString] = (
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 
 
+# -- run priority (engine 0031) -----------------------------------------------------------------
+def has_priority(version: str) -> bool:
+    """Whether an engine at `version` starts runs with a priority (engine 0031)."""
+    return version >= "0031"
+
+
 # -- debounced starts (engine 0030) -------------------------------------------------------------
 def has_debounce(version: str) -> bool:
     """Whether an engine at `version` debounces starts (engine 0030): pgflow.debounce_start."""

@@ -5,11 +5,13 @@ and a client without a priority still starts runs on 0030."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import Client
+from tests.e2e.harness import run_cli
 from tests.engine import WORKER_ID, Engine
 from tests.upgrades import claimed_work_finishes, engine_at, upgrade_to
 
@@ -69,3 +71,19 @@ def test_a_client_starts_runs_on_0030_and_says_a_priority_needs_0031(
         "HINT: Upgrade the engine with `pgflow-gen db migrate`, or start without a priority."
     )
     assert version_30.value("select count(*) from pgflow.runs") == 1
+
+
+def test_pgflow_gen_start_says_a_priority_needs_0031_on_0030(
+    version_30: Engine, empty_db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version_30.flow("plain", {"slug": "only"})
+    inputs = tmp_path / "runs.jsonl"
+    inputs.write_text("{}\n{}\n")
+    for given in (["--input", "{}"], ["--inputs", str(inputs)]):
+        code, out, err = run_cli(capsys, empty_db_url, "start", "plain", *given, "--priority", "3")
+        assert (code, out) == (2, "")
+        assert err == (
+            "error: Run priorities need engine 0031 or later; nothing was started.\n"
+            "HINT: Upgrade the engine with `pgflow-gen db migrate`, or start without a priority.\n"
+        )
+    assert version_30.value("select count(*) from pgflow.runs") == 0

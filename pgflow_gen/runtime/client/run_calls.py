@@ -89,7 +89,7 @@ def _start_flow(
         rows = yield Query(
             client_statements.START_FLOW_WITH_PRIORITY,
             (slug, Jsonb(input), run_id, idempotency_key, priority),
-            priority_refusal,
+            _priority_refusal,
         )
     elif idempotency_key is None:
         rows = yield Query(client_statements.START_FLOW, (slug, Jsonb(input), run_id))
@@ -140,7 +140,7 @@ def _start_flows(
         rows = yield Query(
             client_statements.START_FLOWS_WITH_PRIORITY,
             (slug, inputs_, keys, priority),
-            priority_refusal,
+            _priority_refusal,
         )
     else:
         rows = yield Query(client_statements.START_FLOWS, (slug, inputs_, keys))
@@ -180,14 +180,19 @@ def _debounce_refusal(exc: psycopg.Error) -> PgflowError:
     return refusals.engine_error(exc)
 
 
-def priority_refusal(exc: psycopg.Error) -> PgflowError:
+def priority_unsupported() -> UsageError:
+    """What a start with a priority gets from an engine before 0031."""
+    return UsageError(
+        "Run priorities need engine 0031 or later; nothing was started.",
+        hint="Upgrade the engine with `pgflow-gen db migrate`, or start without a priority.",
+    )
+
+
+def _priority_refusal(exc: psycopg.Error) -> PgflowError:
     """An engine without priorities (before 0031) has no start with one: say so, not that a
     function is missing; the rest as for any call."""
     if isinstance(exc, psycopg.errors.UndefinedFunction) and "priority" in str(exc):
-        return UsageError(
-            "Run priorities need engine 0031 or later; nothing was started.",
-            hint="Upgrade the engine with `pgflow-gen db migrate`, or start without a priority.",
-        )
+        return priority_unsupported()
     return refusals.engine_error(exc)
 
 
