@@ -24,19 +24,13 @@ START_FLOW_WITH_PRIORITY: Final[LiteralString] = (
     "select run_id, status"
     " from pgflow.start_flow(%s, %s, %s, idempotency_key => %s, priority => %s)"
 )
-#: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, as `Run` takes them
-#: (engine 0014).
-START_FLOWS: Final[LiteralString] = (
-    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
-    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
-    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
-)
+#: (flow, inputs, idempotency keys or NULL) -> the runs, in input order, every column the
+#: engine's runs have (engine 0014; `run_calls` keeps those `Run` takes).
+START_FLOWS: Final[LiteralString] = "select * from pgflow.start_flows(%s, %s::jsonb[], %s::text[])"
 #: (flow, inputs, idempotency keys or NULL, priority) -> as START_FLOWS, every new run with the
 #: priority (engine 0031).
 START_FLOWS_WITH_PRIORITY: Final[LiteralString] = (
-    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
-    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
-    " from pgflow.start_flows(%s, %s::jsonb[], %s::text[], priority => %s)"
+    "select * from pgflow.start_flows(%s, %s::jsonb[], %s::text[], priority => %s)"
 )
 #: (flow, input, key, period s, max wait s or NULL) -> the pending start of the key's burst, as
 #: `PendingStart` takes it (engine 0030).
@@ -50,12 +44,9 @@ PENDING_STARTS: Final[LiteralString] = (
     " from pgflow.debounced_starts where %s::text is null or flow_slug = %s::text"
     " order by start_at, flow_slug, debounce_key"
 )
-#: (run id) -> the run's row, as `Run` takes it.
-READ_RUN: Final[LiteralString] = (
-    "select run_id, flow_slug, status, input, output, started_at, completed_at, failed_at,"
-    " cancelled_at, cancel_reason, idempotency_key, retry_count, retried_at"
-    " from pgflow.runs where run_id = %s"
-)
+#: (run id) -> the run's row, every column the engine's runs have (so a newer engine's, such as
+#: priority since 0031, show on `Run` without a version probe; `run_calls` keeps those it takes).
+READ_RUN: Final[LiteralString] = "select * from pgflow.runs where run_id = %s"
 #: (run id, step, payload) -> the signal as received (`SentSignal`; engine 0011).
 SEND_SIGNAL: Final[LiteralString] = (
     "select run_id, step_slug, payload, received_at, used_at from pgflow.send_signal(%s, %s, %s)"

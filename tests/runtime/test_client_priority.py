@@ -38,6 +38,9 @@ def test_a_run_started_with_a_priority_is_claimed_before_the_backlog(
     batch = client.start_flows(FLOW, [ADA], priority=5)
     by_slug = client.start_flow(FLOW.slug, dict(ADA), priority=1)
 
+    assert [urgent.priority, batch[0].priority, by_slug.priority] == [10, 5, 1]
+    assert [run.priority for run in backlog] == [0, 0]
+    assert client.get_run(urgent.run_id).priority == 10
     assert dict(priorities(conn)) == {
         backlog[0].run_id: 0,
         backlog[1].run_id: 0,
@@ -83,3 +86,32 @@ def test_the_async_client_starts_with_a_priority(
 
     one, many = asyncio.run(main())
     assert dict(priorities(conn)) == {one: 7, many[0]: 3, many[1]: 3}
+
+
+def test_a_run_says_where_it_came_from_a_parent_step_or_a_fork(
+    client: Client, conn: psycopg.Connection[Any]
+) -> None:
+    engine = Engine(conn)
+    engine.flow("shipping", {"slug": "pack"})
+    engine.flow("orders", {"slug": "ship", "step_type": "subflow", "subflow_slug": "shipping"})
+    parent = client.start_flow("orders", {"id": 1}, priority=4)
+    child_id = engine.value(
+        "select run_id from pgflow.runs where parent_run_id = %s", parent.run_id
+    )
+
+    child = client.get_run(child_id)
+    assert (child.parent_run_id, child.parent_step_slug, child.parent_task_index) == (
+        parent.run_id,
+        "ship",
+        0,
+    )
+    assert (child.priority, parent.parent_run_id, parent.forked_from_run_id) == (4, None, None)
+    [task] = engine.poll("shipping")
+    engine.complete(task, {"box": 1})
+    assert client.get_run(parent.run_id).status == "completed"
+    fork = client.fork_run(parent.run_id, "ship")
+    assert (fork.forked_from_run_id, fork.forked_from_step, fork.priority) == (
+        parent.run_id,
+        "ship",
+        4,
+    )

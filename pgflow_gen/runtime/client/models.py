@@ -276,6 +276,15 @@ class RunRecord(Generic[OutputT]):
     #: How often it was retried (`retry_run`), and when last.
     retry_count: int = 0
     retried_at: datetime.datetime | None = None
+    #: For a subflow run (engine 0028): the run, the step and the task that started it.
+    parent_run_id: uuid.UUID | None = None
+    parent_step_slug: str | None = None
+    parent_task_index: int | None = None
+    #: For a forked run (engine 0029): the run and the step it was forked from.
+    forked_from_run_id: uuid.UUID | None = None
+    forked_from_step: str | None = None
+    #: Its priority (`start_flow(..., priority=...)`, engine 0031; 0 before).
+    priority: int = 0
     #: For a failed run: which step failed and why (None otherwise).
     failure: StepFailure | None = None
 

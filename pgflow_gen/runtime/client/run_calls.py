@@ -8,6 +8,7 @@ raises InvalidRunInputError and nothing is sent.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
@@ -23,6 +24,7 @@ from pgflow_gen.runtime.client import run_inputs
 from pgflow_gen.runtime.client.calls import Call, Query, Row
 from pgflow_gen.runtime.client.models import (
     PendingStart,
+    RunRecord,
     StepFailure,
     StepLimits,
     UnservedStep,
@@ -144,9 +146,10 @@ def _start_flows(
         )
     else:
         rows = yield Query(client_statements.START_FLOWS, (slug, inputs_, keys))
-    for row in rows:
-        row["failure"] = (yield from _failure(row["run_id"])) if row["status"] == "failed" else None
-    return rows
+    runs = [_run_fields(row) for row in rows]
+    for run in runs:
+        run["failure"] = (yield from _failure(run["run_id"])) if run["status"] == "failed" else None
+    return runs
 
 
 def debounce_start(
@@ -208,9 +211,19 @@ def read_run(run_id: uuid.UUID) -> Call[Row]:
     rows = yield Query(client_statements.READ_RUN, (run_id,))
     if not rows:
         raise RunNotFoundError(f"Run {run_id} does not exist.")
-    row = rows[0]
+    row = _run_fields(rows[0])
     row["failure"] = (yield from _failure(run_id)) if row["status"] == "failed" else None
     return row
+
+
+#: The columns of pgflow.runs that `Run` holds; an engine has those of its version (a column
+#: it does not have keeps the field's default) and others that `Run` does not show.
+_RUN_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunRecord) if f.name != "failure")
+
+
+def _run_fields(row: Row) -> Row:
+    """The fields of a run's row that `Run` takes."""
+    return {key: value for key, value in row.items() if key in _RUN_FIELDS}
 
 
 def _failure(run_id: uuid.UUID) -> Call[StepFailure | None]:
