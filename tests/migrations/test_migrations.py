@@ -268,7 +268,7 @@ def test_the_writer_says_when_tables_differ_and_writes_what_changed(admin_url: s
     with pytest.raises(errors.MigrationError) as raised:
         writer.draft_from(admin_url, "0020_again.sql", writer.Parts("-- again"), before_0020)
     assert "hand-written section" in str(raised.value)
-    assert "attempts_before_retry" in str(raised.value)
+    assert "step_tasks attempts_before_retry integer" in (raised.value.detail or "")
 
 
 def test_the_writer_command_writes_nothing_for_a_wrong_call(
