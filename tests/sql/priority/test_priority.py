@@ -84,12 +84,16 @@ def test_a_finished_prioritised_run_leaves_the_claims_first_in_first_out(engine:
 def test_a_hidden_task_of_a_prioritised_run_waits_its_turn_and_does_not_block(
     engine: Engine,
 ) -> None:
-    engine.flow("delayed", {"slug": "only", "start_delay": 60})
-    engine.start("delayed", priority=9)  # its message shows in 60 s
     engine.flow("plain", {"slug": "only"})
     backlog = [engine.start("plain", {"n": n}) for n in range(2)]
-    assert claim(engine, "delayed", 5) == []
+    urgent = engine.start("plain", priority=9)
+    # Its message hidden for a minute, as a retry's delay or a lease would hide it.
+    engine.conn.execute(
+        "update pgmq.q_plain set vt = now() + interval '60 seconds' where message ? 'priority'"
+    )
     assert [run for run, _, _ in claim(engine, "plain", 5)] == backlog
+    engine.conn.execute("update pgmq.q_plain set vt = now() where message ? 'priority'")
+    assert [run for run, _, _ in claim(engine, "plain", 5)] == [urgent]
 
 
 def test_a_step_queue_claim_takes_its_own_steps_prioritised_task_first(engine: Engine) -> None:
