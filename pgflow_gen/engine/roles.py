@@ -114,6 +114,7 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "reset_step_limits",
         "resume_schedule",
         "resume_step",
+        "set_flow_triggers",
         "set_step_limits",
     ),
 }

@@ -7,7 +7,8 @@
 -- nothing until the flow is applied again with those steps, and never as plain workers; a notice
 -- names them.
 -- A flow that another flow starts as a subflow is refused (55000); the subflow runs of this flow's
--- runs lose their parent and, when still running, are cancelled (engine 0028).
+-- runs lose their parent and, when still running, are cancelled (engine 0028). Its table
+-- triggers are dropped (engine 0032).
 -- Takes the flow's definition lock, then its runs' row locks; does nothing for an unknown flow.
 create function pgflow.delete_flow_and_data(flow_slug text)
 returns void
@@ -91,6 +92,8 @@ begin
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  -- Its table triggers go too (engine 0032): writes to their tables start nothing any more.
+  perform pgflow._drop_flow_triggers(flow_slug);
   select string_agg(r.role_name, ', ' order by r.role_name) into v_bound
   from pgflow.step_roles as r where r.flow_slug = delete_flow_and_data.flow_slug;
   if v_bound is not null then

@@ -9,6 +9,7 @@
 -- changed. A result may carry a "summary" for people: what changed ("verified; options updated:
 -- ...", "recompiled: 6 runs deleted", "verified; kept the options and input schema adopted
 -- at ...").
+-- A recompile keeps the flow's table triggers (engine 0032).
 -- Takes the flow's definition lock; any failure rolls back everything. An admin's function (it
 -- writes definitions); a worker without it verifies (pgflow.verify_flow_compiled).
 create function pgflow.ensure_flow_compiled(
@@ -32,6 +33,7 @@ declare
   v_description jsonb;
   v_options jsonb;
   v_deleted_runs bigint;
+  v_triggers jsonb;
 begin
   select c.queues, c.derived into v_queues, v_derived
   from pgflow._check_flow_definition(flow_slug, shape, queue_mode, route_map) as c;
@@ -88,8 +90,17 @@ begin
     perform pgflow._preflight_queue_names(flow_slug,
       case when queue_mode = 'flow' then array[pgflow.default_queue_name(flow_slug)] else v_queues end);
     select count(*) into v_deleted_runs from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;
+    -- The flow's table triggers stay through the recompile (engine 0032): their rows are set
+    -- aside, so that deleting the flow leaves its database triggers, then put back.
+    with gone as (
+      delete from pgflow.flow_triggers as t where t.flow_slug = ensure_flow_compiled.flow_slug
+      returning to_jsonb(t) as t
+    )
+    select jsonb_agg(g.t) into v_triggers from gone as g;
     perform pgflow.delete_flow_and_data(flow_slug);
     perform pgflow._create_flow_from_shape(flow_slug, shape, queue_mode, v_queues);
+    insert into pgflow.flow_triggers
+    select * from jsonb_populate_recordset(null::pgflow.flow_triggers, v_triggers);
     perform pgflow._adopt_flow_description(flow_slug, shape);
     return jsonb_build_object('status', 'recompiled', 'mismatchKind', v_kind,
       'differences', to_jsonb(v_differences), 'deletedRuns', v_deleted_runs,

@@ -3,7 +3,8 @@
 -- states, tasks, operators' actions and the tasks' messages still in a queue; and, older than
 -- retention, operators' actions on steps, workers silent that long, and archived messages in
 -- every queue a flow owns (its steps' routes, plus the default queue of a flow-mode flow), found
--- by their canonical archive table names without listing queues. Running runs are
+-- by their canonical archive table names without listing queues, and the starts table triggers
+-- skipped (engine 0032). Running runs are
 -- never touched, whatever their age. With batch_size (engine 0015) one call deletes at most that
 -- many runs, and at most that many archived messages per queue, so that a large backlog goes in
 -- short transactions (a long one holds back vacuum for every table, the queues' included): the
@@ -96,6 +97,8 @@ begin
   end if;
   -- Actions on a step rather than a run (a pause, a resume) go with age.
   delete from pgflow.operator_actions as a where a.run_id is null and a.acted_at < v_cutoff;
+  -- The starts table triggers skipped (engine 0032), with age too.
+  delete from pgflow.trigger_skips as k where k.skipped_at < v_cutoff;
 
   delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
   get diagnostics v_workers = row_count;
