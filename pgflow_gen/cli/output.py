@@ -40,6 +40,14 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def first_line(text: str | None, limit: int | None = None) -> str | None:
+    """The first line of a stored error (its `Type: message`), cut at `limit` characters."""
+    if text is None:
+        return None
+    line = text.split("\n", 1)[0]
+    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
+
+
 def print_json(document: Any, out: TextIO | None = None) -> None:
     """Print `document` as indented JSON."""
     print(json.dumps(document, indent=2, default=_json_value), file=out or sys.stdout)

@@ -12,10 +12,18 @@ import sys
 from typing import Any
 
 from pgflow_gen import run_ids
-from pgflow_gen.cli import bulk, connecting, existing, run_refs, starting, step_controls
+from pgflow_gen.cli import (
+    bulk,
+    connecting,
+    existing,
+    flow_triggers,
+    run_refs,
+    starting,
+    step_controls,
+)
 from pgflow_gen.cli import parser as cli_parser
 from pgflow_gen.cli.exits import EXIT_FAILURE, EXIT_OK
-from pgflow_gen.cli.output import cell, print_json, table
+from pgflow_gen.cli.output import cell, first_line, print_json, table
 from pgflow_gen.engine import operator_statements, statements, support
 from pgflow_gen.errors import UsageError
 from pgflow_gen.runtime import errors
@@ -91,11 +99,18 @@ def register(commands: cli_parser.Commands) -> None:
 
     flows = commands.add(
         "flows",
-        "list compiled flows, their steps and the options they run with",
+        "list compiled flows, their steps and the options they run with, and their table triggers",
         database=True,
         formats=FORMATS,
     )
     flows.add_argument("--flow", dest="flow_slug", metavar="SLUG", help="only this flow")
+    flows.add_argument(
+        "--skips",
+        action="store_true",
+        help="list the starts table triggers with on_error skip could not make instead, the"
+        " latest first (engine 0032)",
+    )
+    flows.add_argument("--limit", type=int, default=20, help="most skipped starts listed")
     flows.set_defaults(handler=_flows)
 
     workers = commands.add(
@@ -233,7 +248,7 @@ def _status(args: argparse.Namespace) -> int:
     table(
         [
             (s["step_slug"], s["status"], s["queue_name"], s["initial_tasks"], s["attempts"],
-             _first_line(s["note"], NOTE_CHARS))
+             first_line(s["note"], NOTE_CHARS))
             for s in steps
         ],
         ["step", "status", "queue", "tasks", "attempts", "note"],
@@ -264,7 +279,7 @@ def _status(args: argparse.Namespace) -> int:
         )
         print(
             f'  step "{s["step_slug"]}" task {s["task_index"]}, attempt {s["error_attempt"]}'
-            f" ({outcome}): {_first_line(s['error_message'])}"
+            f" ({outcome}): {first_line(s['error_message'])}"
         )
         details = s["error_message"].split("\n", 1)[1:]
         for line in "".join(details).strip("\n").splitlines():
@@ -277,14 +292,6 @@ def _status(args: argparse.Namespace) -> int:
 def _inherited(own: int | None, flows: int) -> dict[str, Any]:
     """An option as JSON: the value a step runs with, and whether it is the flow's."""
     return {"value": own if own is not None else flows, "from_flow": own is None}
-
-
-def _first_line(text: str | None, limit: int | None = None) -> str | None:
-    """The first line of a stored error (its `Type: message`), cut at `limit` characters."""
-    if text is None:
-        return None
-    line = text.split("\n", 1)[0]
-    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -306,7 +313,7 @@ def _runs(args: argparse.Namespace) -> int:
                 {"run_id": r["run_id"], "flow_slug": r["flow_slug"], "status": r["status"],
                  "parent_run_id": r["parent_run_id"],
                  "started_at": r["started_at"], "ended_at": r["ended"],
-                 "failed_step": r["failed_step"], "error": _first_line(r["error_message"]),
+                 "failed_step": r["failed_step"], "error": first_line(r["error_message"]),
                  "cancel_reason": r["cancel_reason"], "waiting_for_signals": r["waiting_signals"]}
                 for r in rows
             ]
@@ -360,15 +367,18 @@ def _why(run: dict[str, Any]) -> str | None:
     signals it waits for."""
     if run["waiting_signals"]:
         return f"waiting for a signal: {', '.join(run['waiting_signals'])}"
-    return _first_line(run["error_message"] or run["cancel_reason"], NOTE_CHARS)
+    return first_line(run["error_message"] or run["cancel_reason"], NOTE_CHARS)
 
 
 def _flows(args: argparse.Namespace) -> int:
+    if args.skips:
+        return flow_triggers.skips(args)
     with connecting.connect(args) as conn:
         if args.flow_slug is not None:
             existing.require_flow(conn, args.flow_slug)
         steps = operator_statements.flow_steps(support.version(conn))
         rows = conn.execute(steps, {"flow": args.flow_slug}).fetchall()
+        triggers = flow_triggers.listed(conn, args.flow_slug)
 
     if args.format == "json":
         print_json({
@@ -391,7 +401,8 @@ def _flows(args: argparse.Namespace) -> int:
                      "start_delay": _inherited(r["opt_start_delay"], 0),
                  }}
                 for r in rows
-            ]
+            ],
+            "triggers": triggers,
         })  # fmt: skip
         return EXIT_OK
 
@@ -421,6 +432,7 @@ def _flows(args: argparse.Namespace) -> int:
          "start delay"],
         sys.stdout,
     )  # fmt: skip
+    flow_triggers.print_table(triggers)
     return EXIT_OK
 
 

@@ -122,6 +122,8 @@ class FlowView:
     max_concurrent: int
     shape_json: str
     route_map_json: str | None
+    #: The table triggers as pgflow.set_flow_triggers takes them, or None without any.
+    triggers_json: str | None
 
     def import_failure_exit(self, steps: tuple[StepView, ...]) -> str:
         """`sys.exit(handler_import_failed({step: handler path}, source, exc))`: what an entry
@@ -390,6 +392,13 @@ def build(spec: model.FlowSpec, *, source: str, package: str) -> FlowView:
         max_concurrent=spec.workers.max_concurrent,
         shape_json=json.dumps(flow_shape, indent=2, sort_keys=True),
         route_map_json=None if route_map is None else json.dumps(route_map, indent=2),
+        triggers_json=json.dumps(
+            [trigger.as_json(index) for index, trigger in enumerate(spec.triggers)],
+            indent=2,
+            sort_keys=True,
+        )
+        if spec.triggers
+        else None,
     )
 
 

@@ -223,6 +223,19 @@ _FLOW_STEPS_REST: Final[LiteralString] = (
     " order by f.flow_slug, s.step_index"
 )
 
+#: ({flow}; NULL: every flow) -> each table trigger (engine 0032) of each flow, in name order.
+FLOW_TRIGGERS: Final[LiteralString] = (
+    "select flow_slug, trigger_name, table_name, definition, condition, on_error, applied_at"
+    " from pgflow.flow_triggers where %(flow)s::text is null or flow_slug = %(flow)s"
+    " order by flow_slug, trigger_name"
+)
+#: ({flow}, {limit}) -> the latest starts table triggers skipped (engine 0032), latest first.
+TRIGGER_SKIPS: Final[LiteralString] = (
+    "select skip_id, skipped_at, flow_slug, trigger_name, table_name, operation, input, sqlstate,"
+    " message from pgflow.trigger_skips where %(flow)s::text is null or flow_slug = %(flow)s"
+    " order by skipped_at desc, skip_id desc limit %(limit)s"
+)
+
 # -- workers -------------------------------------------------------------------------------------
 #: (flow slug or NULL, twice) -> every schedule (of that flow) with its last run's status.
 SCHEDULES: Final[LiteralString] = (

@@ -44,6 +44,12 @@ _STEP_LIMIT_USAGE_BEFORE_0023: Final[LiteralString] = (
 CONCURRENCY_USAGE: Final[LiteralString] = "select * from pgflow.concurrency_usage()"
 
 
+# -- table triggers (engine 0032) ----------------------------------------------------------------
+def has_triggers(version: str) -> bool:
+    """Whether an engine at `version` starts runs from table triggers (engine 0032)."""
+    return version >= "0032"
+
+
 # -- run priority (engine 0031) -----------------------------------------------------------------
 def has_priority(version: str) -> bool:
     """Whether an engine at `version` starts runs with a priority (engine 0031)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from pgflow_gen import naming
 from pgflow_gen.errors import excerpt
-from pgflow_gen.spec import json_values, model, schedule_checks, schema_checks
+from pgflow_gen.spec import json_values, model, schedule_checks, schema_checks, trigger_checks
 from pgflow_gen.spec.locate import Locator
 from pgflow_gen.spec.problems import Problem
 
@@ -122,6 +122,7 @@ def _problems(spec: model.FlowSpec, locator: Locator) -> Iterator[Problem]:
     if spec.input is not None:
         yield from schema_checks.problems(spec.input, ("input",), problem)
     yield from schedule_checks.problems(spec, problem)
+    yield from trigger_checks.problems(spec, problem)
 
     for slug in spec.workers.steps:
         if spec.queue_mode == "flow":

@@ -262,6 +262,99 @@ class ScheduleSpec(_Strict):
         return self.name or f"schedule_{index + 1}"
 
 
+#: The writes a table trigger starts runs on.
+TriggerEvent = Literal["insert", "update"]
+#: A value a trigger's `when` compares a column with, read as the column's type.
+TriggerValue = str | int | float | bool
+#: A table, schema-qualified or not, as PostgreSQL reads an unquoted name.
+TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$"
+
+
+class TriggerTest(_Strict):
+    """Tests of one column of the written row; every one given must hold."""
+
+    eq: TriggerValue | None = None
+    ne: TriggerValue | None = None
+    gt: TriggerValue | None = None
+    gte: TriggerValue | None = None
+    lt: TriggerValue | None = None
+    lte: TriggerValue | None = None
+    in_: list[TriggerValue] | None = Field(default=None, alias="in", min_length=1)
+    is_null: bool | None = None
+    changed: bool | None = Field(
+        default=None,
+        description="Whether an update changed the column (a trigger on update alone).",
+    )
+
+    def as_json(self) -> dict[str, Any]:
+        """The tests as pgflow.set_flow_triggers takes them: {operator: value}."""
+        tests: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return tests
+
+
+class TriggerSpec(_Strict):
+    """A table trigger: a write to an application table starts a run of the flow in the
+    writing transaction (engine 0032; the flow's migration installs it)."""
+
+    name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z][A-Za-z0-9_]{0,39}$",
+        description="How `pgflow-gen flows` names it (default: trigger_<n>, its position from 1).",
+    )
+    table: str = Field(
+        pattern=TABLE_PATTERN,
+        description="The table whose writes start runs: schema.table, or a table on the"
+        " search path.",
+    )
+    on: list[TriggerEvent] = Field(
+        default_factory=lambda: list[TriggerEvent](["insert"]),
+        min_length=1,
+        description="The writes that start a run: insert, update or both.",
+    )
+    when: dict[str, TriggerValue | list[TriggerValue] | TriggerTest | None] = Field(
+        default_factory=dict,
+        description="Column tests the written row must pass: a value (equal), a list (one of"
+        " them), null (is null), or {eq, ne, gt, gte, lt, lte, in, is_null, changed}.",
+    )
+    input: dict[str, str] = Field(
+        description="The run input: each input key and the column its value comes from."
+    )
+    on_error: Literal["raise", "skip"] = Field(
+        default="raise",
+        description="A start that fails: raise aborts the write; skip lets the write go on and"
+        " logs the start (`pgflow-gen flows --skips`).",
+    )
+
+    def resolved_name(self, index: int) -> str:
+        """Its name, or trigger_<n> for the trigger at `index` (from 0) of the spec."""
+        return self.name or f"trigger_{index + 1}"
+
+    def tests(self) -> dict[str, dict[str, Any]]:
+        """`when` with its shorthands spelt out: {column: {operator: value}}."""
+        tests: dict[str, dict[str, Any]] = {}
+        for column, test in self.when.items():
+            if isinstance(test, TriggerTest):
+                tests[column] = test.as_json()
+            elif isinstance(test, list):
+                tests[column] = {"in": test}
+            elif test is None:
+                tests[column] = {"is_null": True}
+            else:
+                tests[column] = {"eq": test}
+        return tests
+
+    def as_json(self, index: int) -> dict[str, Any]:
+        """The trigger as pgflow.set_flow_triggers takes it."""
+        return {
+            "name": self.resolved_name(index),
+            "table": self.table,
+            "on": sorted(set(self.on)),
+            "when": self.tests(),
+            "input": dict(self.input),
+            "onError": self.on_error,
+        }
+
+
 class StepWorkers(_Strict):
     max_concurrent: int | None = Field(default=None, ge=1, le=MAX_INT)
 
@@ -284,5 +377,9 @@ class FlowSpec(_Strict):
     steps: list[StepSpec] = Field(default_factory=list)
     schedules: list[ScheduleSpec] = Field(
         default_factory=list, description="Periodic runs, started by the workers."
+    )
+    triggers: list[TriggerSpec] = Field(
+        default_factory=list,
+        description="Table triggers: writes to application tables that start runs.",
     )
     workers: WorkersSpec = Field(default_factory=WorkersSpec)

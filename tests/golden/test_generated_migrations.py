@@ -1,6 +1,7 @@
 """Every generated flow migration (golden cases and examples) runs on the real engine: the first
 application compiles the flow with its queue mode and routes, a second one verifies it, and the
-persisted routes are the ones the Python resolver computed."""
+persisted routes are the ones the Python resolver computed. A case with table triggers has the
+tables in its `setup.sql`, applied first."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ MIGRATIONS = sorted(
 @pytest.mark.parametrize("path", MIGRATIONS, ids=[str(p.relative_to(ROOT)) for p in MIGRATIONS])
 def test_a_generated_migration_compiles_then_verifies(db_url: str, path: Path) -> None:
     text = path.read_text()
+    setup = path.parents[2] / "setup.sql"
     with psycopg.connect(db_url, autocommit=True) as conn:
+        if setup.exists():
+            conn.execute(setup.read_bytes())
         conn.execute(text.encode())
         conn.execute(text.encode())  # idempotent: the second application verifies
         [(flow_slug, mode)] = conn.execute(

@@ -17,6 +17,7 @@ from app.pgflow.e2e_fair import Input as FairInput
 from app.pgflow.e2e_fanout import Input as FanoutInput
 from app.pgflow.e2e_fanout import NumbersDeps, PickOutput
 from app.pgflow.e2e_metered import Input as MeteredInput
+from app.pgflow.e2e_ordered import Input as OrderedInput
 from app.pgflow.e2e_plain import Input as PlainInput
 from app.pgflow.e2e_plain import WrapUpDeps
 from app.pgflow.e2e_scheduled import Input as ScheduledInput
@@ -127,3 +128,8 @@ def tick(flow_input: ScheduledInput, ctx: Context[ScheduledInput], /) -> int:
 async def tenant_work(flow_input: FairInput, ctx: Context[FairInput], /) -> str:
     await asyncio.sleep(flow_input["seconds"])
     return flow_input["tenant"]
+
+
+def confirm(flow_input: OrderedInput, ctx: Context[OrderedInput], /) -> str:
+    """e2eOrdered's step: its run was started by the order's insert (a table trigger)."""
+    return f"order {flow_input['order_id']} for {flow_input['customer']} confirmed"
