@@ -8,6 +8,8 @@ import pytest
 from tests.e2e.harness import PROJECT, Db, Workers
 
 PLAIN_MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2ePlain.sql"
+#: The application's own tables, made before any flow migration is applied.
+APP_SCHEMA = PROJECT / "app" / "schema.sql"
 
 
 @pytest.fixture
@@ -19,7 +21,9 @@ def workers(db_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 @pytest.fixture
 def db(db_url: str) -> Iterator[Db]:
+    """The test database, with the e2e application's own tables."""
     database = Db(db_url)
+    database.conn.execute(APP_SCHEMA.read_bytes())
     yield database
     database.close()
 

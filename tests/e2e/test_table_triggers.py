@@ -18,10 +18,7 @@ MIGRATION = PROJECT / "app" / "pgflow" / "migrations" / "e2eOrdered.sql"
 def test_a_placed_order_starts_a_run_that_the_worker_completes(
     workers: Workers, db: Db, logins: Logins
 ) -> None:
-    db.conn.execute(
-        "create table public.e2e_orders (id int generated always as identity primary key,"
-        " customer text not null, status text not null default 'draft')"
-    )
+    # The `db` fixture made the application's table, public.e2e_orders (app/schema.sql).
     admin = logins.login_role("admin")
     db.conn.execute(
         sql.SQL("grant trigger on public.e2e_orders to {}").format(sql.Identifier(admin))
