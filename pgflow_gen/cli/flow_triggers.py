@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_gen.cli import connecting, existing
+from pgflow_gen.cli import connecting
 from pgflow_gen.cli.exits import EXIT_OK
 from pgflow_gen.cli.output import first_line, print_json, table
 from pgflow_gen.engine import operator_statements, statements, support
@@ -55,9 +55,7 @@ def skips(args: argparse.Namespace) -> int:
     with their input and error, latest first."""
     if args.limit < 1:
         raise UsageError("--limit must be at least 1.")
-    with connecting.connect(args) as conn:
-        if args.flow_slug is not None:
-            existing.require_flow(conn, args.flow_slug)
+    with connecting.connect(args) as conn:  # a deleted flow's skips stay: no flow check
         rows = (
             conn.execute(
                 operator_statements.TRIGGER_SKIPS, {"flow": args.flow_slug, "limit": args.limit}

@@ -156,6 +156,11 @@ def _schema_problem(error: Any, keys: tuple[str | int, ...], locator: Locator) -
             "invalid_handler_path", f"Invalid handler path {given}.", location,
             hint='Write "package.module:function", for example "app.handlers:classify".',
         )  # fmt: skip
+    if kind == "string_pattern_mismatch" and field == "table" and "triggers" in error["loc"]:
+        return Problem(
+            "invalid_trigger_table", f"Invalid table {given} for a trigger.", location,
+            hint='Write the table with its schema, as unquoted names: "public.orders".',
+        )  # fmt: skip
     if kind == "literal_error":
         return Problem(
             "invalid_value", f'Invalid value {given} for "{field}".', location,

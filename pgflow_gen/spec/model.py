@@ -266,8 +266,8 @@ class ScheduleSpec(_Strict):
 TriggerEvent = Literal["insert", "update"]
 #: A value a trigger's `when` compares a column with, read as the column's type.
 TriggerValue = str | int | float | bool
-#: A table, schema-qualified or not, as PostgreSQL reads an unquoted name.
-TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$"
+#: A schema-qualified table, as PostgreSQL reads an unquoted name.
+TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$"
 
 
 class TriggerTest(_Strict):
@@ -303,8 +303,7 @@ class TriggerSpec(_Strict):
     )
     table: str = Field(
         pattern=TABLE_PATTERN,
-        description="The table whose writes start runs: schema.table, or a table on the"
-        " search path.",
+        description="The table whose writes start runs, with its schema: schema.table.",
     )
     on: list[TriggerEvent] = Field(
         default_factory=lambda: list[TriggerEvent](["insert"]),

@@ -11,6 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from tests.engine import Engine
+from tests.roles import Logins
 
 ORDERS = """
 create table public.orders (
@@ -126,7 +127,7 @@ def test_applying_the_same_triggers_again_changes_nothing_and_locks_no_table(
     first = set_triggers(orders, "orderFlow", trigger())
     assert first["created"] == ["paid"]
     assert first["summary"] == "triggers created: paid"
-    oid = orders.value("select oid from pg_trigger where tgname = 'pgflow_orderFlow_paid'")
+    oid = orders.value("select oid from pg_trigger where tgname = 'pgflow_orderFlow__paid'")
 
     conn = orders.conn
     with conn.transaction():
@@ -138,7 +139,7 @@ def test_applying_the_same_triggers_again_changes_nothing_and_locks_no_table(
     assert again == {"created": [], "dropped": [], "replaced": [], "kept": ["paid"],
                      "summary": None}  # fmt: skip
     assert locks == 0
-    assert orders.value("select oid from pg_trigger where tgname = 'pgflow_orderFlow_paid'") == oid
+    assert orders.value("select oid from pg_trigger where tgname = 'pgflow_orderFlow__paid'") == oid
 
 
 def test_a_changed_trigger_is_replaced_and_a_removed_one_dropped(orders: Engine) -> None:
@@ -148,7 +149,7 @@ def test_a_changed_trigger_is_replaced_and_a_removed_one_dropped(orders: Engine)
     assert changed["dropped"] == ["big"]
     assert changed["summary"] == "triggers replaced: paid; triggers dropped: big"
     names = orders.all("select tgname from pg_trigger where tgrelid = 'public.orders'::regclass")
-    assert names == [{"tgname": "pgflow_orderFlow_paid"}]
+    assert names == [{"tgname": "pgflow_orderFlow__paid"}]
 
     orders.conn.execute("insert into public.orders (amount) values (50)")
     assert inputs(orders) == []
@@ -263,7 +264,7 @@ def test_a_database_trigger_without_its_row_starts_nothing_and_warns(orders: Eng
     orders.conn.execute("insert into public.orders default values")
     assert inputs(orders) == []
     assert warnings == [
-        'Trigger pgflow_orderFlow_paid on public.orders starts no run: flow "orderFlow" has no'
+        'Trigger pgflow_orderFlow__paid on public.orders starts no run: flow "orderFlow" has no'
         ' trigger "paid" on this table.'
     ]
 
@@ -287,3 +288,105 @@ def test_prune_deletes_old_skips(orders: Engine) -> None:
     )
     orders.call("prune_data_older_than", "1 day")
     assert orders.value("select count(*) from pgflow.trigger_skips") == 1
+
+
+def test_a_table_needs_its_schema(orders: Engine) -> None:
+    error = refusal(orders, "orderFlow", trigger(table="orders"))
+    assert (error.sqlstate, error.diag.message_primary) == (
+        "22023",
+        'Flow "orderFlow" trigger "paid": table orders must be given as schema.table.',
+    )
+
+
+def test_a_partitioned_table_starts_runs_from_each_partition(orders: Engine) -> None:
+    orders.conn.execute(
+        "create table public.events (id int, region text, note text) partition by list (region);"
+        " create table public.events_eu partition of public.events for values in ('eu');"
+        " create table public.events_us partition of public.events for values in ('us')"
+    )
+    set_triggers(orders, "orderFlow", trigger(table="public.events", when={"note": {"ne": "x"}}))
+    orders.conn.execute(
+        "insert into public.events values (1, 'eu', 'a'), (2, 'us', 'b'), (3, 'us', 'x')"
+    )
+    assert sorted(r["order_id"] for r in inputs(orders)) == [1, 2]
+    assert set_triggers(orders, "orderFlow")["dropped"] == ["paid"]
+    assert (
+        orders.value(
+            "select count(*) from pg_trigger where tgfoid = 'pgflow._table_trigger'::regproc"
+        )
+        == 0
+    )
+
+
+def test_no_code_of_a_tables_owner_runs_as_the_engines_owner(
+    orders: Engine, logins: Logins
+) -> None:
+    # The table's owner (no superuser) owns a type whose cast to json would run its own code.
+    owner = logins.create_login(f"{logins.prefix}_owner")
+    orders.conn.execute(f"grant create on schema public to {owner}")
+    conn = logins.connect(owner)
+    conn.execute(
+        "create table public.seen (who text);"
+        " create type public.mood as enum ('happy', 'sad');"
+        " create function public.mood_json(public.mood) returns json language sql"
+        " as $$ insert into public.seen values (current_user) returning to_json($1::text) $$;"
+        " create cast (public.mood as json) with function public.mood_json(public.mood);"
+        " create table public.moods (id int, mood public.mood, other public.mood)"
+    )
+    try:
+        orders.flow("loose", {"slug": "only"})  # no input schema: any column fits
+        mapped = trigger(table="public.moods", input={"id": "id", "mood": "mood"})
+        set_triggers(orders, "loose", mapped)
+        # It reads only the mapped columns, and one of a type it does not ship as text.
+        conn.execute("insert into public.moods values (1, 'happy', 'sad')")
+        assert inputs(orders) == [{"id": 1, "mood": "happy"}]
+        assert orders.value("select count(*) from public.seen") == 0
+    finally:
+        orders.conn.execute("drop cast (public.mood as json)")
+
+
+def test_a_mapped_column_that_is_gone_fails_the_start_and_never_becomes_null(
+    orders: Engine,
+) -> None:
+    set_triggers(orders, "orderFlow", trigger(input={"order_id": "id", "total": "amount"}))
+    orders.conn.execute("alter table public.orders rename column amount to price")
+    with pytest.raises(psycopg.errors.UndefinedColumn) as caught:
+        orders.conn.execute("insert into public.orders default values")
+    assert caught.value.diag.message_primary == (
+        'Flow "orderFlow" trigger "paid": table public.orders has no column amount any more.'
+    )
+    # With skip, the write goes on and the start is logged (input none: it could not be made).
+    price = {"order_id": "id", "total": "price"}
+    set_triggers(orders, "orderFlow", trigger(input=price, onError="skip"))
+    orders.conn.execute("alter table public.orders rename column price to amount")
+    orders.conn.execute("insert into public.orders default values")
+    assert inputs(orders) == []
+    skips = orders.all("select trigger_name, sqlstate, input, message from pgflow.trigger_skips")
+    assert skips == [
+        {"trigger_name": "paid", "sqlstate": "42703", "input": None,
+         "message": 'Flow "orderFlow" trigger "paid": table public.orders has no column price'
+                    " any more."},
+    ]  # fmt: skip
+    assert orders.value("select count(*) from public.orders") == 1
+
+
+def test_two_flows_triggers_never_share_a_database_name(orders: Engine) -> None:
+    orders.flow("f1", {"slug": "a"})
+    orders.flow("f1_x", {"slug": "a"})
+    set_triggers(orders, "f1", trigger(name="x_y", input={"id": "id"}))
+    set_triggers(orders, "f1_x", trigger(name="y", input={"id": "id"}))
+    orders.conn.execute("insert into public.orders default values")
+    assert sorted(r["flow_slug"] for r in orders.all("select flow_slug from pgflow.runs")) == [
+        "f1",
+        "f1_x",
+    ]
+
+
+def test_a_trigger_renamed_by_hand_is_still_the_one(orders: Engine) -> None:
+    set_triggers(orders, "orderFlow", trigger())
+    orders.conn.execute('alter trigger "pgflow_orderFlow__paid" on public.orders rename to mine')
+    assert set_triggers(orders, "orderFlow", trigger())["kept"] == ["paid"]
+    orders.conn.execute("insert into public.orders default values")
+    assert len(inputs(orders)) == 1
+    assert set_triggers(orders, "orderFlow")["dropped"] == ["paid"]
+    assert trigger_count(orders) == 0

@@ -397,38 +397,66 @@ set search_path = ''
 as $$
 declare
   v_trigger pgflow.flow_triggers;
-  v_row jsonb := to_jsonb(new);
+  v_select text;
+  v_missing text;
   v_input jsonb;
   v_sqlstate text;
   v_message text;
 begin
   select * into v_trigger from pgflow.flow_triggers as t
-  where t.flow_slug = tg_argv[0] and t.trigger_name = tg_argv[1] and t.relid = tg_relid;
+  where t.flow_slug = tg_argv[0] and t.trigger_name = tg_argv[1]
+    and (t.relid = tg_relid
+      or t.relid in (select a.relid from pg_catalog.pg_partition_ancestors(tg_relid) as a));
   if not found then
     raise warning 'Trigger % on %.% starts no run: flow "%" has no trigger "%" on this table.',
       tg_name, tg_table_schema, tg_table_name, tg_argv[0], tg_argv[1]
       using hint = 'Apply the flow''s migration again (pgflow-gen db apply), or drop this trigger.';
     return null;
   end if;
-  select coalesce(jsonb_object_agg(m.key, coalesce(v_row -> (m.value #>> '{}'), 'null')), '{}')
-  into v_input
-  from jsonb_each(v_trigger.definition -> 'input') as m;
+  -- One statement builds the input from the mapped columns, as the catalog has them now.
+  select 'select jsonb_build_object(' || coalesce(string_agg(format('%L, %s', m.key,
+      case when a.attname is null then 'null'
+        when pgflow._builtin_json_type(a.atttypid) then format('to_jsonb(($1).%I)', a.attname)
+        else format('to_jsonb(format(''%%s'', ($1).%I))', a.attname)
+      end), ', ' order by m.key), '') || ')',
+    min(m.value) filter (where a.attname is null)
+  into v_select, v_missing
+  from jsonb_each_text(v_trigger.definition -> 'input') as m
+  left join pg_catalog.pg_attribute as a
+    on a.attrelid = tg_relid and a.attname = m.value and a.attnum > 0 and not a.attisdropped;
 
+  if v_missing is not null then
+    v_message := format('Flow "%s" trigger "%s": table %I.%I has no column %s any more.',
+      v_trigger.flow_slug, v_trigger.trigger_name, tg_table_schema, tg_table_name, v_missing);
+  end if;
+  -- raise: no subtransaction (a bulk write would pay one a row).
   if v_trigger.on_error = 'raise' then
+    if v_message is not null then
+      raise exception '%', v_message using errcode = '42703',
+        hint = 'Map another column in the spec and apply the flow''s migration again.';
+    end if;
+    execute v_select into v_input using new;
     perform pgflow.start_flow(v_trigger.flow_slug, v_input);
     return null;
   end if;
   begin
+    if v_message is not null then
+      raise exception '%', v_message using errcode = '42703';
+    end if;
+    execute v_select into v_input using new;
     perform pgflow.start_flow(v_trigger.flow_slug, v_input);
-  exception when others then
-    get stacked diagnostics v_sqlstate = returned_sqlstate, v_message = message_text;
-    insert into pgflow.trigger_skips (flow_slug, trigger_name, table_name, operation, input,
-      sqlstate, message)
-    values (v_trigger.flow_slug, v_trigger.trigger_name, v_trigger.table_name, tg_op, v_input,
-      v_sqlstate, v_message);
-    raise warning 'Trigger "%" of flow "%" skipped a start: %', v_trigger.trigger_name,
-      v_trigger.flow_slug, v_message
-      using hint = 'pgflow-gen flows --skips lists the starts skipped, with their input.';
+  exception
+    when serialization_failure or deadlock_detected then
+      raise;
+    when others then
+      get stacked diagnostics v_sqlstate = returned_sqlstate, v_message = message_text;
+      insert into pgflow.trigger_skips (flow_slug, trigger_name, table_name, operation, input,
+        sqlstate, message)
+      values (v_trigger.flow_slug, v_trigger.trigger_name, v_trigger.table_name, tg_op, v_input,
+        v_sqlstate, v_message);
+      raise warning 'Trigger "%" of flow "%" skipped a start: %', v_trigger.trigger_name,
+        v_trigger.flow_slug, v_message
+        using hint = 'pgflow-gen flows --skips lists the starts skipped, with their input.';
   end;
   return null;
 end;
@@ -485,6 +513,8 @@ declare
   v_type oid;
   v_tests text[] := '{}';
   v_operator text;
+  v_owner text;
+  v_parts int;
 begin
   if jsonb_typeof(trigger) is distinct from 'object' then
     raise exception 'Flow "%": each of its triggers must be a JSON object, got %.', flow_slug,
@@ -502,16 +532,22 @@ begin
       using errcode = '22023', hint = 'A trigger has name, table, on, when, input and onError.';
   end if;
 
-  -- table: an existing table the caller may put triggers on.
+  -- table: an existing table (schema-qualified: this runs with an empty search path), which
+  -- the caller may put triggers on and the engine's owner may drop them from.
   if jsonb_typeof(trigger -> 'table') is distinct from 'string' then
     raise exception '%: "table" must name a table, got %.', v_where,
       coalesce((trigger -> 'table')::text, 'nothing') using errcode = '22023';
   end if;
   begin
-    v_relid := to_regclass(trigger ->> 'table');
-  exception when invalid_name or syntax_error then
-    v_relid := null;
+    v_parts := cardinality(pg_catalog.parse_ident(trigger ->> 'table'));
+  exception when invalid_name or syntax_error or invalid_parameter_value then
+    v_parts := null;
   end;
+  if v_parts is distinct from 2 then
+    raise exception '%: table % must be given as schema.table.', v_where, trigger ->> 'table'
+      using errcode = '22023';
+  end if;
+  v_relid := to_regclass(trigger ->> 'table');
   if v_relid is null or not exists (
     select 1 from pg_catalog.pg_class as c where c.oid = v_relid and c.relkind in ('r', 'p')
   ) then
@@ -523,6 +559,15 @@ begin
     raise exception '%: role % may not put triggers on table %.', v_where, session_user, v_relid::regclass
       using errcode = '42501',
         hint = format('The role applying the migration needs the TRIGGER privilege: grant trigger on %s to %I.', v_relid::regclass, session_user);
+  end if;
+  select pg_catalog.pg_get_userbyid(c.relowner) into v_owner
+  from pg_catalog.pg_class as c
+  where c.oid = v_relid and not pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER');
+  if found then
+    raise exception '%: the engine''s owner, %, neither owns table % nor is a member of its owner, %, so it could not drop the trigger again.',
+      v_where, current_user, v_relid::regclass, v_owner
+      using errcode = '42501',
+        hint = format('Make it a member of the table''s owner (grant %I to %I), or give it the table.', v_owner, current_user);
   end if;
 
   -- on: insert, update or both.
@@ -626,9 +671,11 @@ begin
   v_row.trigger_name := trigger ->> 'name';
   v_row.table_name := v_relid::regclass::text;
   v_row.relid := v_relid;
+  -- pgflow_<flow>__<name>: a flow slug holds no "__" and ends with no "_", so no two flows'
+  -- triggers share a name; hashed when longer than PostgreSQL's 63 bytes.
   v_row.pg_trigger_name := case
-    when octet_length(format('pgflow_%s_%s', flow_slug, trigger ->> 'name')) <= 63
-    then format('pgflow_%s_%s', flow_slug, trigger ->> 'name')
+    when octet_length(format('pgflow_%s__%s', flow_slug, trigger ->> 'name')) <= 63
+    then format('pgflow_%s__%s', flow_slug, trigger ->> 'name')
     else 'pgflow_' || left(md5(flow_slug || '/' || (trigger ->> 'name')), 24)
   end;
   v_row.definition := jsonb_build_object('table', trigger -> 'table', 'on', v_events,
@@ -673,8 +720,9 @@ begin
     raise exception 'Flow "%" trigger "%": table % cannot take it: %', trigger.flow_slug,
       trigger.trigger_name, trigger.relid::regclass, v_message
       using errcode = v_sqlstate,
-        hint = case when v_sqlstate = '42501'
-          then format('The engine''s owner creates the trigger: grant trigger on %s to %I.',
+        hint = case
+          when v_sqlstate = '42710' then 'The table has a trigger of that name already: drop or rename it.'
+          when v_sqlstate = '42501' then format('The engine''s owner creates the trigger: grant trigger on %s to %I.',
             trigger.relid::regclass, current_user)
           else 'Check the values in "when" against the columns'' types.' end;
   end;
@@ -694,6 +742,7 @@ set search_path = ''
 as $$
 declare
   v_trigger pgflow.flow_triggers;
+  v_name name;
   v_dropped text[] := '{}';
 begin
   for v_trigger in
@@ -701,13 +750,14 @@ begin
     where t.flow_slug = _drop_flow_triggers.flow_slug and t.trigger_name <> all (keep)
     returning *
   loop
-    if exists (
-      select 1 from pg_catalog.pg_trigger as g
-      where g.tgrelid = v_trigger.relid and g.tgname = v_trigger.pg_trigger_name
-        and g.tgfoid = 'pgflow._table_trigger'::regproc
-    ) then
-      execute format('drop trigger %I on %s', v_trigger.pg_trigger_name, v_trigger.relid::regclass);
-    end if;
+    for v_name in
+      select g.tgname from pg_catalog.pg_trigger as g
+      where g.tgrelid = v_trigger.relid and g.tgfoid = 'pgflow._table_trigger'::regproc
+        and g.tgparentid = 0
+        and g.tgargs = pgflow._trigger_args(v_trigger.flow_slug, v_trigger.trigger_name)
+    loop
+      execute format('drop trigger %I on %s', v_name, v_trigger.relid::regclass);
+    end loop;
     v_dropped := v_dropped || v_trigger.trigger_name;
   end loop;
   return (select coalesce(array_agg(d order by d), '{}') from unnest(v_dropped) as d);
@@ -752,15 +802,17 @@ begin
     v_wanted := v_wanted || v_trigger;
   end loop;
 
-  -- Kept: the same definition on the same table, its database trigger still there.
+  -- Kept: the same definition on the same table, its database trigger still there (found by
+  -- its function and arguments: a trigger renamed by hand is still the one).
   v_kept := array(
     select t.trigger_name from pgflow.flow_triggers as t
     join unnest(v_wanted) as w on w.trigger_name = t.trigger_name and w.relid = t.relid
-      and w.pg_trigger_name = t.pg_trigger_name and w.definition = t.definition
+      and w.definition = t.definition
     where t.flow_slug = set_flow_triggers.flow_slug
       and exists (select 1 from pg_catalog.pg_trigger as g
-        where g.tgrelid = t.relid and g.tgname = t.pg_trigger_name
-          and g.tgfoid = 'pgflow._table_trigger'::regproc)
+        where g.tgrelid = t.relid and g.tgfoid = 'pgflow._table_trigger'::regproc
+          and g.tgparentid = 0
+          and g.tgargs = pgflow._trigger_args(t.flow_slug, t.trigger_name))
     order by t.trigger_name
   );
   v_dropped := pgflow._drop_flow_triggers(flow_slug, v_kept);
@@ -779,6 +831,38 @@ begin
       'triggers replaced: ' || nullif(array_to_string(v_replaced, ', '), ''),
       'triggers dropped: ' || nullif(array_to_string(v_dropped, ', '), '')), ''));
 end;
+$$;
+
+-- pgflow._builtin_json_type: source/0235_function_builtin_json_type.sql
+create function pgflow._builtin_json_type(type_oid oid)
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  with recursive under (oid, depth) as (
+    select type_oid, 0
+    union all
+    select case when t.typtype = 'd' then t.typbasetype else t.typelem end, u.depth + 1
+    from under as u
+    join pg_catalog.pg_type as t on t.oid = u.oid
+    where (t.typtype = 'd' or (t.typcategory = 'A' and t.typelem <> 0)) and u.depth < 32
+  )
+  select coalesce(bool_and(u.oid < 16384), false)
+  from under as u
+  join pg_catalog.pg_type as t on t.oid = u.oid
+  where not (t.typtype = 'd' or (t.typcategory = 'A' and t.typelem <> 0));
+$$;
+
+-- pgflow._trigger_args: source/0236_function_trigger_args.sql
+create function pgflow._trigger_args(flow_slug text, trigger_name text)
+returns bytea
+language sql
+immutable
+set search_path = ''
+as $$
+  select convert_to(flow_slug, 'UTF8') || '\x00'::bytea || convert_to(trigger_name, 'UTF8')
+    || '\x00'::bytea;
 $$;
 -- No engine function runs for PUBLIC (engine 0019), those above included.
 revoke execute on all functions in schema pgflow from public;

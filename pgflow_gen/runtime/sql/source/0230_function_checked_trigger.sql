@@ -2,8 +2,9 @@
 -- database and the flow's input schema, as the pgflow.flow_triggers row to keep (engine 0032).
 -- A trigger is {"name", "table", "on", "when", "input", "onError"}:
 -- - name: a letter, then letters, digits or _ (at most 40); unique in the flow;
--- - table: an existing table (schema-qualified, or found on the search path), on which the
---   caller (the session's role) has the TRIGGER privilege;
+-- - table: an existing table, schema-qualified, on which the caller (the session's login role)
+--   has the TRIGGER privilege, and whose owner the engine's owner is or is a member of (or it
+--   could create the trigger but never drop it);
 -- - on: ["insert"] (the default), ["update"] or both;
 -- - when (default {}): {column: {operator: value}}, every test must hold: eq, ne, gt, gte, lt, lte
 --   (a JSON scalar, read as the column's type), in (a list of them), is_null (true or false), and
@@ -13,7 +14,7 @@
 -- - onError: raise (the default) or skip.
 -- Every refusal names the flow and the trigger, and where in it: 22023 for a malformed trigger,
 -- 42P01 for a missing table, 42703 for a missing column, 42804 for a type that does not fit, 42501
--- without the TRIGGER privilege. No writes.
+-- without the privileges. No writes.
 create function pgflow._checked_trigger(flow_slug text, trigger jsonb, input_schema jsonb)
 returns pgflow.flow_triggers
 language plpgsql
@@ -33,6 +34,8 @@ declare
   v_type oid;
   v_tests text[] := '{}';
   v_operator text;
+  v_owner text;
+  v_parts int;
 begin
   if jsonb_typeof(trigger) is distinct from 'object' then
     raise exception 'Flow "%": each of its triggers must be a JSON object, got %.', flow_slug,
@@ -50,16 +53,22 @@ begin
       using errcode = '22023', hint = 'A trigger has name, table, on, when, input and onError.';
   end if;
 
-  -- table: an existing table the caller may put triggers on.
+  -- table: an existing table (schema-qualified: this runs with an empty search path), which
+  -- the caller may put triggers on and the engine's owner may drop them from.
   if jsonb_typeof(trigger -> 'table') is distinct from 'string' then
     raise exception '%: "table" must name a table, got %.', v_where,
       coalesce((trigger -> 'table')::text, 'nothing') using errcode = '22023';
   end if;
   begin
-    v_relid := to_regclass(trigger ->> 'table');
-  exception when invalid_name or syntax_error then
-    v_relid := null;
+    v_parts := cardinality(pg_catalog.parse_ident(trigger ->> 'table'));
+  exception when invalid_name or syntax_error or invalid_parameter_value then
+    v_parts := null;
   end;
+  if v_parts is distinct from 2 then
+    raise exception '%: table % must be given as schema.table.', v_where, trigger ->> 'table'
+      using errcode = '22023';
+  end if;
+  v_relid := to_regclass(trigger ->> 'table');
   if v_relid is null or not exists (
     select 1 from pg_catalog.pg_class as c where c.oid = v_relid and c.relkind in ('r', 'p')
   ) then
@@ -71,6 +80,15 @@ begin
     raise exception '%: role % may not put triggers on table %.', v_where, session_user, v_relid::regclass
       using errcode = '42501',
         hint = format('The role applying the migration needs the TRIGGER privilege: grant trigger on %s to %I.', v_relid::regclass, session_user);
+  end if;
+  select pg_catalog.pg_get_userbyid(c.relowner) into v_owner
+  from pg_catalog.pg_class as c
+  where c.oid = v_relid and not pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER');
+  if found then
+    raise exception '%: the engine''s owner, %, neither owns table % nor is a member of its owner, %, so it could not drop the trigger again.',
+      v_where, current_user, v_relid::regclass, v_owner
+      using errcode = '42501',
+        hint = format('Make it a member of the table''s owner (grant %I to %I), or give it the table.', v_owner, current_user);
   end if;
 
   -- on: insert, update or both.
@@ -174,9 +192,11 @@ begin
   v_row.trigger_name := trigger ->> 'name';
   v_row.table_name := v_relid::regclass::text;
   v_row.relid := v_relid;
+  -- pgflow_<flow>__<name>: a flow slug holds no "__" and ends with no "_", so no two flows'
+  -- triggers share a name; hashed when longer than PostgreSQL's 63 bytes.
   v_row.pg_trigger_name := case
-    when octet_length(format('pgflow_%s_%s', flow_slug, trigger ->> 'name')) <= 63
-    then format('pgflow_%s_%s', flow_slug, trigger ->> 'name')
+    when octet_length(format('pgflow_%s__%s', flow_slug, trigger ->> 'name')) <= 63
+    then format('pgflow_%s__%s', flow_slug, trigger ->> 'name')
     else 'pgflow_' || left(md5(flow_slug || '/' || (trigger ->> 'name')), 24)
   end;
   v_row.definition := jsonb_build_object('table', trigger -> 'table', 'on', v_events,

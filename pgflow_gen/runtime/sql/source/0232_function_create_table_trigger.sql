@@ -24,8 +24,9 @@ begin
     raise exception 'Flow "%" trigger "%": table % cannot take it: %', trigger.flow_slug,
       trigger.trigger_name, trigger.relid::regclass, v_message
       using errcode = v_sqlstate,
-        hint = case when v_sqlstate = '42501'
-          then format('The engine''s owner creates the trigger: grant trigger on %s to %I.',
+        hint = case
+          when v_sqlstate = '42710' then 'The table has a trigger of that name already: drop or rename it.'
+          when v_sqlstate = '42501' then format('The engine''s owner creates the trigger: grant trigger on %s to %I.',
             trigger.relid::regclass, current_user)
           else 'Check the values in "when" against the columns'' types.' end;
   end;

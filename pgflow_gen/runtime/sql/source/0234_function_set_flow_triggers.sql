@@ -5,8 +5,11 @@
 -- so applying the same list again takes no lock on any table. '[]' drops them all.
 -- Returns {"created": [...], "dropped": [...], "replaced": [...], "kept": [...]} (names), and a
 -- "summary" for people when something changed. The flow's generated migration calls it.
--- An admin's function; the session's role also needs the TRIGGER privilege on each table, and
--- the engine's owner, who creates the triggers, too. Takes the flow's definition lock.
+-- An admin's function; the session's login role also needs the TRIGGER privilege on each table,
+-- and the engine's owner, who creates and drops the triggers, must own it or be a member of its
+-- owner. Takes the flow's definition lock, then, to create or drop a trigger, a lock on its
+-- table: a write to that table waiting for the definition lock (its trigger's start) meanwhile
+-- ends in a deadlock error for one of the two (run again); unchanged triggers take no lock.
 create function pgflow.set_flow_triggers(flow_slug text, triggers jsonb)
 returns jsonb
 language plpgsql
@@ -44,15 +47,17 @@ begin
     v_wanted := v_wanted || v_trigger;
   end loop;
 
-  -- Kept: the same definition on the same table, its database trigger still there.
+  -- Kept: the same definition on the same table, its database trigger still there (found by
+  -- its function and arguments: a trigger renamed by hand is still the one).
   v_kept := array(
     select t.trigger_name from pgflow.flow_triggers as t
     join unnest(v_wanted) as w on w.trigger_name = t.trigger_name and w.relid = t.relid
-      and w.pg_trigger_name = t.pg_trigger_name and w.definition = t.definition
+      and w.definition = t.definition
     where t.flow_slug = set_flow_triggers.flow_slug
       and exists (select 1 from pg_catalog.pg_trigger as g
-        where g.tgrelid = t.relid and g.tgname = t.pg_trigger_name
-          and g.tgfoid = 'pgflow._table_trigger'::regproc)
+        where g.tgrelid = t.relid and g.tgfoid = 'pgflow._table_trigger'::regproc
+          and g.tgparentid = 0
+          and g.tgargs = pgflow._trigger_args(t.flow_slug, t.trigger_name))
     order by t.trigger_name
   );
   v_dropped := pgflow._drop_flow_triggers(flow_slug, v_kept);
